@@ -1,1 +1,38 @@
-//! cudaperf
+//! # cudaperf
+//!
+//! Rewards for reinforcement learning of models that write CUDA kernels: execution
+//! correctness on several input configurations, speedup measured on a real GPU, structural
+//! features of the code, and a learned pairwise ranker, joined into one reward — each also
+//! usable on its own, and composable.
+//!
+//! ```no_run
+//! use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, Submission};
+//! use cudaperf::task::Task;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let task = Task::load("fixtures/tasks/vector_add")?;
+//! let evaluator = Evaluator::new(EvalOptions::default());
+//! let reward = presets::cudaperf();
+//! let group = vec![Submission::from_completion("```cuda\n...\n```")];
+//! let scored = reward.score_batch(&Context::new(&task, &evaluator), &group)?;
+//! println!("{}", serde_json::to_string_pretty(&scored[0].report)?);
+//! # Ok(()) }
+//! ```
+//!
+//! Pipeline (cheapest first; each stage short-circuits the rest): [`candidate`] extraction →
+//! [`syntax`] → [`compile`] (NVRTC) → structure → [`exec`] (GPU correctness and timing,
+//! in [`sandbox`] workers) → ranker → [`reward`] combination.
+#![deny(missing_docs)]
+
+pub mod candidate;
+pub mod compile;
+pub mod exec;
+pub mod expr;
+pub mod reward;
+pub mod sandbox;
+pub mod syntax;
+pub mod task;
+
+pub use candidate::{Candidate, CandidateError};
+pub use reward::{Reward, RewardReport, Scored, Submission};
+pub use task::{Task, TaskError};

@@ -1,0 +1,239 @@
+//! Each pipeline stage as a reward of its own.
+
+use super::{unavailable, Context, Evaluation, Result, Reward, Stage};
+
+/// 1 / (1 + syntax problems) when a code block exists, else 0. Range [0, 1].
+pub struct SyntaxReward;
+
+impl Reward for SyntaxReward {
+    fn name(&self) -> String {
+        "syntax".into()
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Syntax
+    }
+    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        Ok(eval
+            .stages
+            .syntax
+            .as_ref()
+            .map_or(0.0, |s| 1.0 / (1.0 + f64::from(s.error_nodes + s.missing_nodes))))
+    }
+}
+
+/// 1 if the candidate compiled, else 0 (errors, rejected includes, timeouts).
+/// Unavailable without NVRTC.
+pub struct CompileReward;
+
+impl Reward for CompileReward {
+    fn name(&self) -> String {
+        "compile".into()
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Compile
+    }
+    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        match &eval.stages.compile {
+            Some(c) if c.status == "unavailable" => {
+                Err(unavailable(self, Stage::Compile, c.reason.clone().unwrap_or_default(), eval))
+            }
+            Some(c) => Ok(if c.ok { 1.0 } else { 0.0 }),
+            None => Ok(0.0),
+        }
+    }
+}
+
+/// Where the candidate got to, for rewards that need the GPU stages.
+pub(crate) enum Progress {
+    /// Stopped before execution (no candidate, compile failure) or faulted at run time.
+    Failed,
+    /// Ran; correctness known.
+    Checked { passed: bool, pass_rate: f64 },
+}
+
+/// Reads the execute/correctness stages; `Err` when they could not run here.
+pub(crate) fn progress(reward: &dyn Reward, eval: &Evaluation) -> Result<Progress> {
+    if let Some(c) = &eval.stages.compile {
+        if c.status == "unavailable" {
+            return Err(unavailable(reward, Stage::Compile, c.reason.clone().unwrap_or_default(), eval));
+        }
+    }
+    if eval.module.is_none() {
+        return Ok(Progress::Failed);
+    }
+    match (&eval.stages.execute, &eval.stages.correctness) {
+        (_, Some(c)) => Ok(Progress::Checked {
+            passed: c.passed,
+            pass_rate: c.pass_rate,
+        }),
+        (Some(e), None) => match &e.status {
+            crate::exec::ExecStatus::Unavailable { reason } => Err(unavailable(reward, Stage::Correctness, reason.clone(), eval)),
+            crate::exec::ExecStatus::ReferenceFailed { reason } => Err(unavailable(
+                reward,
+                Stage::Correctness,
+                format!("the task's reference failed, so the candidate cannot be judged: {reason}"),
+                eval,
+            )),
+            _ => Ok(Progress::Failed),
+        },
+        (None, None) => Err(unavailable(reward, Stage::Correctness, "the GPU stages did not run", eval)),
+    }
+}
+
+/// 1 if every configuration matched the reference (and every anti-hacking check passed), else 0.
+pub struct CorrectReward;
+
+impl Reward for CorrectReward {
+    fn name(&self) -> String {
+        "correct".into()
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Correctness
+    }
+    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        Ok(match progress(self, eval)? {
+            Progress::Checked { passed: true, .. } => 1.0,
+            _ => 0.0,
+        })
+    }
+}
+
+/// Fraction of configurations that passed (0 when the candidate did not run).
+pub struct PassRateReward;
+
+impl Reward for PassRateReward {
+    fn name(&self) -> String {
+        "pass_rate".into()
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Correctness
+    }
+    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        Ok(match progress(self, eval)? {
+            Progress::Checked { pass_rate, .. } => pass_rate,
+            Progress::Failed => 0.0,
+        })
+    }
+}
+
+/// How a speedup becomes a reward.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SpeedupScale {
+    /// `clip(log2(speedup), lo, hi)` (the CudaPerf term; default lo = -1, hi = 3).
+    Log2Clipped {
+        /// Lower clip.
+        lo: f64,
+        /// Upper clip.
+        hi: f64,
+    },
+    /// The plain ratio `t_ref / t_cand` (Kevin-style).
+    Ratio,
+}
+
+/// The measured speedup of a correct candidate; 0 for incorrect ones (use it under a
+/// [`super::Gate`] on correctness). Within-noise speedups count as 1.0 and implausible ones
+/// (faster than the memory floor) as none.
+pub struct SpeedupReward {
+    /// The scale.
+    pub scale: SpeedupScale,
+}
+
+impl SpeedupReward {
+    /// `clip(log2(speedup), -1, 3)`.
+    pub fn log2() -> SpeedupReward {
+        SpeedupReward {
+            scale: SpeedupScale::Log2Clipped { lo: -1.0, hi: 3.0 },
+        }
+    }
+
+    /// The plain ratio.
+    pub fn ratio() -> SpeedupReward {
+        SpeedupReward { scale: SpeedupScale::Ratio }
+    }
+}
+
+impl Reward for SpeedupReward {
+    fn name(&self) -> String {
+        match self.scale {
+            SpeedupScale::Log2Clipped { .. } => "speedup_log2".into(),
+            SpeedupScale::Ratio => "speedup".into(),
+        }
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Timing
+    }
+    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        match progress(self, eval)? {
+            Progress::Checked { passed: true, .. } => {}
+            _ => return Ok(0.0),
+        }
+        let t = eval
+            .stages
+            .timing
+            .as_ref()
+            .ok_or_else(|| unavailable(self, Stage::Timing, "the candidate was correct but was not timed", eval))?;
+        let s = if t.implausible { 1.0 } else { t.speedup };
+        Ok(match self.scale {
+            SpeedupScale::Log2Clipped { lo, hi } => {
+                if s > 0.0 {
+                    s.log2().clamp(lo, hi)
+                } else {
+                    lo
+                }
+            }
+            SpeedupScale::Ratio => s,
+        })
+    }
+}
+
+/// The outcome ladder of the unified reward (DESIGN.md §4):
+///
+/// | outcome | value |
+/// |---|---|
+/// | not extracted, or compile error with syntax errors | −1.0 + `syntax_credit` / (1 + syntax problems) (credit only when there is code) |
+/// | compile error (clean syntax), rejected include, compile timeout | −0.75 |
+/// | runtime fault, timeout, invalid launch | −0.5 |
+/// | incorrect | −0.25 + 0.25 · pass_rate (< 0) |
+/// | correct | 1.0 |
+///
+/// tree-sitter-cuda misreads some valid CUDA, so syntax errors only count when NVRTC agrees.
+pub struct OutcomeLadder {
+    /// Credit scale for fewer syntax errors (default 0.1).
+    pub syntax_credit: f64,
+}
+
+impl Default for OutcomeLadder {
+    fn default() -> Self {
+        OutcomeLadder { syntax_credit: 0.1 }
+    }
+}
+
+impl Reward for OutcomeLadder {
+    fn name(&self) -> String {
+        "outcome".into()
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Correctness
+    }
+    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        let syntax_floor = || {
+            -1.0 + eval.stages.syntax.as_ref().map_or(0.0, |s| {
+                self.syntax_credit.clamp(0.0, 0.2) / (1.0 + f64::from(s.error_nodes + s.missing_nodes))
+            })
+        };
+        if !eval.stages.extract.ok {
+            return Ok(syntax_floor());
+        }
+        if let Some(c) = &eval.stages.compile {
+            if !c.ok && c.status != "unavailable" {
+                let syntax_clean = eval.stages.syntax.as_ref().is_none_or(|s| s.ok);
+                return Ok(if c.status == "error" && !syntax_clean { syntax_floor() } else { -0.75 });
+            }
+        }
+        Ok(match progress(self, eval)? {
+            Progress::Failed => -0.5,
+            Progress::Checked { passed: true, .. } => 1.0,
+            Progress::Checked { pass_rate, .. } => -0.25 + 0.25 * pass_rate.clamp(0.0, 0.999),
+        })
+    }
+}
