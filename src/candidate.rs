@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::expr::{Expr, ExprError};
 use crate::task::{DType, InputConfig, Param, Task};
@@ -134,7 +134,7 @@ pub struct Candidate {
 }
 
 /// A launch evaluated for one config.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolvedLaunch {
     /// Kernel name as written.
     pub kernel: String,
@@ -149,7 +149,7 @@ pub struct ResolvedLaunch {
 }
 
 /// An argument evaluated for one config.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ResolvedArg {
     /// An ABI parameter by index into `task.params`.
@@ -170,7 +170,7 @@ pub enum ResolvedArg {
 }
 
 /// A launch plan evaluated for one config.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolvedPlan {
     /// Launches in order.
     pub launches: Vec<ResolvedLaunch>,
@@ -187,6 +187,9 @@ pub struct PlanLimits {
     pub max_scratch_bytes: u64,
     /// Largest number of launches in a plan (default 64).
     pub max_launches: usize,
+    /// Largest number of blocks in one launch (default 2^31): grids beyond it cannot
+    /// finish in any sensible time.
+    pub max_blocks: u64,
 }
 
 impl Default for PlanLimits {
@@ -195,6 +198,7 @@ impl Default for PlanLimits {
             max_smem_bytes: 227 * 1024,
             max_scratch_bytes: 4 << 30,
             max_launches: 64,
+            max_blocks: 1 << 31,
         }
     }
 }
@@ -560,6 +564,15 @@ impl Candidate {
             let sizes: Vec<&str> = task.configs.first().map(|c| c.sizes.keys().map(String::as_str).collect()).unwrap_or_default();
             s.len.check_names(sizes.iter().copied()).map_err(|source| CandidateError::Expr { line: s.line, source })?;
         }
+        for launch in &self.launches {
+            let exprs = launch.grid.iter().chain(&launch.block).chain(launch.smem.iter());
+            for e in exprs {
+                for cfg in &task.configs {
+                    e.check_names(cfg.sizes.keys().map(String::as_str))
+                        .map_err(|source| CandidateError::Expr { line: launch.line, source })?;
+                }
+            }
+        }
         for launch in &mut self.launches {
             let mismatch = |detail: String| CandidateError::AbiMismatch {
                 kernel: launch.kernel.clone(),
@@ -676,6 +689,10 @@ impl Candidate {
             };
             let grid = dims(&l.grid, "grid", [i32::MAX as i64, 65535, 65535])?;
             let block = dims(&l.block, "block", [1024, 1024, 64])?;
+            let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
+            if blocks > limits.max_blocks {
+                return Err(invalid(format!("grid has {blocks} blocks, more than the limit of {}", limits.max_blocks)));
+            }
             let threads = block.iter().map(|&b| b as u64).product::<u64>();
             if threads > 1024 {
                 return Err(invalid(format!("block has {threads} threads, more than 1024")));

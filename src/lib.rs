@@ -32,6 +32,7 @@ pub mod reward;
 pub mod sandbox;
 pub mod syntax;
 pub mod task;
+pub mod timings;
 
 pub use candidate::{Candidate, CandidateError};
 pub use reward::{Reward, RewardReport, Scored, Submission};

@@ -74,6 +74,26 @@ enum Command {
     },
     /// Run as a sandbox worker (JSON lines on stdin/stdout); started by the library.
     Worker,
+    /// Time every implementation of every task on the GPU against its reference.
+    Measure {
+        /// Folder of task folders.
+        #[arg(long, default_value = "fixtures/tasks")]
+        tasks: PathBuf,
+        /// Output timings file (e.g. fixtures/timings/h200.json).
+        #[arg(long)]
+        out: PathBuf,
+        /// Only these task ids (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// GPU workers per visible GPU.
+        #[arg(long, default_value_t = 1)]
+        workers_per_gpu: usize,
+        /// Time limit per implementation, seconds.
+        #[arg(long, default_value_t = 120.0)]
+        timeout: f64,
+        #[command(flatten)]
+        compile: CompileArgs,
+    },
 }
 
 fn preset(name: &str) -> Result<Box<dyn Reward>, String> {
@@ -144,6 +164,136 @@ fn score(task: PathBuf, files: Vec<PathBuf>, reward: String, step: u64, json: bo
     Ok(ExitCode::SUCCESS)
 }
 
+/// Today's UTC date as YYYY-MM-DD (civil-from-days, no date crate needed).
+fn today() -> String {
+    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86400).unwrap_or(0) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+fn load_tasks(dir: &PathBuf, only: &[String]) -> Result<Vec<Task>, String> {
+    let mut tasks = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.join("task.toml").is_file()).collect();
+    dirs.sort();
+    for d in dirs {
+        let id = d.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        if !only.is_empty() && !only.contains(&id) {
+            continue;
+        }
+        tasks.push(Task::load(&d).map_err(|e| e.to_string())?);
+    }
+    if tasks.is_empty() {
+        return Err(format!("no tasks found in {}", dir.display()));
+    }
+    Ok(tasks)
+}
+
+fn measure(dir: PathBuf, out: PathBuf, only: Vec<String>, workers_per_gpu: usize, timeout: f64, compile: CompileArgs) -> Result<ExitCode, String> {
+    use cudaperf::reward::Stage;
+    use cudaperf::timings::{ImplTiming, TaskTimings, Timings};
+    let tasks = load_tasks(&dir, &only)?;
+    let evaluator = Evaluator::new(EvalOptions {
+        compile: compile.options()?,
+        exec: cudaperf::exec::ExecOptions {
+            workers_per_gpu,
+            timeout: std::time::Duration::from_secs_f64(timeout.max(1.0)),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    evaluator.executor()?;
+    let total: usize = tasks.iter().map(|t| t.all_implementations().count()).sum();
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .map_err(|e| e.to_string())?,
+    );
+    let mut timings = Timings {
+        date: today(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        cudaperf_version: env!("CARGO_PKG_VERSION").into(),
+        ..Default::default()
+    };
+    let mut failures = 0;
+    for task in &tasks {
+        bar.set_message(task.id.clone());
+        let impls: Vec<_> = task.all_implementations().collect();
+        let subs: Vec<Submission> = impls.iter().map(|i| Submission::from_source(i.source.clone())).collect();
+        let evals = evaluator.evaluate_batch(task, &subs, Stage::Timing);
+        let mut tt = TaskTimings::default();
+        for (imp, e) in impls.iter().zip(&evals) {
+            let verdict = e.verdict();
+            if let Some(d) = e.stages.execute.as_ref().and_then(|x| x.device.as_ref()) {
+                timings.device = d.name.clone();
+                timings.driver = d.driver_version;
+            }
+            let reason = match verdict {
+                cudaperf::reward::Verdict::Correct => None,
+                _ => Some(first_reason(e)),
+            };
+            let t = e.stages.timing.as_ref();
+            if verdict != cudaperf::reward::Verdict::Correct || t.is_none() {
+                failures += 1;
+            }
+            bar.println(format!(
+                "{:<28} {:<36} {:<10} {}",
+                task.id,
+                imp.name,
+                verdict.as_str(),
+                t.map_or_else(|| reason.clone().unwrap_or_default(), |t| format!("{:>10.1} us  ref {:>10.1} us  x{:.3}", t.candidate_us, t.reference_us, t.raw_speedup))
+            ));
+            tt.implementations.insert(
+                imp.name.clone(),
+                ImplTiming {
+                    verdict: verdict.as_str().into(),
+                    reason,
+                    time_us: t.map(|t| t.candidate_us),
+                    reference_us: t.map(|t| t.reference_us),
+                    raw_speedup: t.map(|t| t.raw_speedup),
+                    ci95: t.map(|t| t.ci95),
+                    noise_floor: t.map(|t| t.noise_floor),
+                    config: t.map(|t| t.config.clone()),
+                },
+            );
+            bar.inc(1);
+        }
+        timings.tasks.insert(task.id.clone(), tt);
+    }
+    bar.finish_and_clear();
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&timings).map_err(|e| e.to_string())?;
+    std::fs::write(&out, text + "\n").map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    eprintln!("measured {total} implementations of {} tasks on {}: {failures} not correct or not timed; wrote {}", tasks.len(), timings.device, out.display());
+    Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The first human-readable reason an evaluation is not correct.
+fn first_reason(e: &cudaperf::reward::Evaluation) -> String {
+    if let Some(err) = &e.stages.extract.error {
+        return err.clone();
+    }
+    if let Some(c) = e.stages.compile.as_ref().filter(|c| !c.ok) {
+        return c.reason.clone().unwrap_or_else(|| c.log.lines().take(3).collect::<Vec<_>>().join(" "));
+    }
+    if let Some(c) = &e.stages.correctness {
+        if let Some(f) = c.configs.iter().find(|c| !c.passed) {
+            return format!("config {}: {}", f.config, f.reasons.join("; "));
+        }
+    }
+    e.stages.execute.as_ref().map(|x| format!("{:?}", x.status)).unwrap_or_else(|| "not run".into())
+}
+
 fn main() -> ExitCode {
     cudaperf::sandbox::run_if_requested();
     let cli = Cli::parse();
@@ -161,6 +311,14 @@ fn main() -> ExitCode {
             json,
             compile,
         } => score(task, files, reward, step, json, compile),
+        Command::Measure {
+            tasks,
+            out,
+            only,
+            workers_per_gpu,
+            timeout,
+            compile,
+        } => measure(tasks, out, only, workers_per_gpu, timeout, compile),
     };
     match result {
         Ok(code) => code,

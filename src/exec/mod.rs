@@ -1,27 +1,18 @@
-//! Device side: buffers, launches, correctness and timing (cudarc driver API).
+//! Device side: buffers, launches, correctness and timing (cudarc driver API), run in
+//! sandboxed workers by an [`Executor`].
+//!
+//! Everything that touches the GPU happens in `cudaperf worker` processes; the parent only
+//! builds [`ExecJob`]s (every expression evaluated) and reads back [`ExecResult`]s. Without
+//! a driver or GPU, [`Executor::new`] says why and the stages report `Unavailable`.
 
+mod driver;
+mod executor;
+mod job;
 mod report;
+mod run;
+pub mod timing;
 
+pub use executor::{visible_gpus, ExecOptions, Executor};
+pub use job::{BuildError, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, TimingOptions};
 pub use report::*;
-
-use serde::{Deserialize, Serialize};
-
-/// A GPU job as sent to a worker (filled in by the GPU-execution stage).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExecJob {}
-
-/// Per-worker GPU state.
-#[derive(Default)]
-pub struct WorkerState {}
-
-impl WorkerState {
-    /// Runs a job; the flag asks the parent to restart the worker.
-    pub fn execute(&mut self, _job: &ExecJob) -> (ExecResult, bool) {
-        (
-            ExecResult::status_only(ExecStatus::Unavailable {
-                reason: "GPU execution is not built yet".into(),
-            }),
-            false,
-        )
-    }
-}
+pub use run::WorkerState;

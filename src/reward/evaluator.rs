@@ -11,6 +11,7 @@ use super::report::{ExtractStage, Stages};
 use super::Stage;
 use crate::candidate::{extract_code, Candidate, CandidateError, PlanLimits};
 use crate::compile::{CompileOptions, CompileOutcome, CompiledModule, Compiler};
+use crate::exec::{BuildError, ExecJob, ExecOptions, ExecResult, ExecStatus, ExecuteStage, Executor, JobParts};
 use crate::task::Task;
 
 /// What a policy produced: the raw text and, if it could be read, the candidate.
@@ -77,6 +78,10 @@ pub struct EvalOptions {
     pub compile: CompileOptions,
     /// Launch plan limits.
     pub plan_limits: PlanLimits,
+    /// GPU execution settings.
+    pub exec: ExecOptions,
+    /// Skip the GPU stages even when a GPU is present (they report `Unavailable`).
+    pub no_gpu: bool,
 }
 
 /// The stages a submission has been through so far.
@@ -89,6 +94,7 @@ pub struct Evaluation {
     /// The compiled module.
     pub module: Option<CompiledModule>,
     reached: Option<Stage>,
+    timed: bool,
 }
 
 impl Evaluation {
@@ -104,7 +110,11 @@ pub struct Evaluator {
     options: EvalOptions,
     compiler: Compiler,
     memo: Mutex<HashMap<String, Arc<Mutex<Evaluation>>>>,
+    executor: std::sync::OnceLock<Result<Executor, String>>,
+    references: Mutex<HashMap<String, Arc<Result<(Candidate, CompiledModule), String>>>>,
 }
+
+type Reference = Arc<Result<(Candidate, CompiledModule), String>>;
 
 /// Submissions remembered before the memo is cleared (about one GRPO step's worth).
 const MEMO_ENTRIES: usize = 2048;
@@ -128,7 +138,93 @@ impl Evaluator {
             compiler: Compiler::new(options.compile.clone()),
             options,
             memo: Mutex::new(HashMap::new()),
+            executor: std::sync::OnceLock::new(),
+            references: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The GPU executor, started on first use; `Err` says why there is none.
+    pub fn executor(&self) -> Result<&Executor, String> {
+        self.executor
+            .get_or_init(|| {
+                if self.options.no_gpu {
+                    Err("GPU stages are disabled (no_gpu)".into())
+                } else {
+                    Executor::new(self.options.exec.clone())
+                }
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The task's reference, parsed and compiled once per task.
+    pub fn reference(&self, task: &Task) -> Reference {
+        if let Some(r) = self.references.lock().unwrap_or_else(|p| p.into_inner()).get(&task.id) {
+            return Arc::clone(r);
+        }
+        let built = (|| {
+            let mut c = Candidate::parse(&task.reference.source).map_err(|e| format!("reference {}: {e}", task.reference.path.display()))?;
+            c.check_abi(task).map_err(|e| format!("reference {}: {e}", task.reference.path.display()))?;
+            match self.compiler.compile(&c) {
+                CompileOutcome::Compiled { module, .. } => Ok((c, module)),
+                other => Err(format!("reference {} did not compile: {:?}", task.reference.path.display(), other.to_stage(&self.options.compile.arch, false))),
+            }
+        })();
+        let r = Arc::new(built);
+        self.references.lock().unwrap_or_else(|p| p.into_inner()).insert(task.id.clone(), Arc::clone(&r));
+        r
+    }
+
+    /// Indices of the configs to check (all, or `max_configs` spread over the list).
+    pub fn config_indices(&self, task: &Task) -> Vec<usize> {
+        let n = task.configs.len();
+        match self.options.exec.max_configs {
+            Some(m) if m > 0 && m < n => (0..m).map(|i| i * (n - 1) / (m - 1).max(1)).collect::<std::collections::BTreeSet<_>>().into_iter().collect(),
+            _ => (0..n).collect(),
+        }
+    }
+
+    /// Runs the GPU job for an evaluated candidate (correctness, and timing when asked).
+    fn run_gpu(&self, task: &Task, eval: &mut Evaluation, with_timing: bool) {
+        let (Some(cand), Some(module)) = (&eval.candidate, &eval.module) else { return };
+        let start = std::time::Instant::now();
+        let result = match self.executor() {
+            Err(reason) => ExecResult::status_only(ExecStatus::Unavailable { reason }),
+            Ok(executor) => {
+                let reference = self.reference(task);
+                match reference.as_ref() {
+                    Err(reason) => ExecResult::status_only(ExecStatus::ReferenceFailed { reason: reason.clone() }),
+                    Ok((rc, rm)) => {
+                        let configs = self.config_indices(task);
+                        let built = ExecJob::build(JobParts {
+                            task,
+                            configs: &configs,
+                            reference: (rc, rm),
+                            candidate: (cand, module),
+                            limits: &self.options.plan_limits,
+                            seed: executor.seed(),
+                            timing: with_timing.then_some(self.options.exec.timing),
+                            max_device_bytes: self.options.exec.max_device_bytes,
+                            bandwidth_gbps: self.options.exec.bandwidth_gbps,
+                        });
+                        match built {
+                            Ok(job) => executor.run(job),
+                            Err(BuildError::Candidate(reason)) => ExecResult::status_only(ExecStatus::InvalidLaunch { reason }),
+                            Err(BuildError::Reference(reason)) => ExecResult::status_only(ExecStatus::ReferenceFailed { reason }),
+                        }
+                    }
+                }
+            }
+        };
+        eval.stages.execute = Some(ExecuteStage {
+            status: result.status,
+            device: result.device,
+            millis: start.elapsed().as_secs_f64() * 1e3,
+            gpu_millis: result.gpu_millis,
+        });
+        eval.stages.correctness = result.correctness;
+        eval.stages.timing = result.timing;
+        eval.timed = with_timing;
     }
 
     /// The options.
@@ -201,20 +297,16 @@ impl Evaluator {
                     None => return,
                 },
             };
-            self.run_stage(task, sub, eval, next);
+            self.run_stage(task, sub, eval, next, upto);
             eval.reached = Some(next);
         }
     }
 
-    fn run_stage(&self, task: &Task, sub: &Submission, eval: &mut Evaluation, stage: Stage) {
+    fn run_stage(&self, task: &Task, sub: &Submission, eval: &mut Evaluation, stage: Stage, upto: Stage) {
         match stage {
             Stage::Extract => {
                 let checked = sub.parsed.clone().and_then(|mut c| {
                     c.check_abi(task)?;
-                    // Evaluate the plan for every config now: bad grids are a plan error.
-                    for cfg in &task.configs {
-                        c.resolve(task, cfg, &self.options.plan_limits)?;
-                    }
                     Ok(c)
                 });
                 eval.stages.extract = match &checked {
@@ -249,7 +341,16 @@ impl Evaluator {
                     }
                 }
             }
-            Stage::Structure | Stage::Correctness | Stage::Timing | Stage::Ranker => {}
+            Stage::Structure => {}
+            // One GPU job does correctness and, when a later stage is wanted, timing.
+            Stage::Correctness => self.run_gpu(task, eval, upto >= Stage::Timing),
+            Stage::Timing => {
+                let passed = eval.stages.correctness.as_ref().is_some_and(|c| c.passed);
+                if passed && !eval.timed {
+                    self.run_gpu(task, eval, true);
+                }
+            }
+            Stage::Ranker => {}
         }
     }
 }
@@ -279,5 +380,81 @@ impl<'a> Context<'a> {
     /// Evaluates a submission up to `upto` (memoised).
     pub fn evaluate(&self, sub: &Submission, upto: Stage) -> Evaluation {
         self.evaluator.evaluate(self.task, sub, upto)
+    }
+}
+
+/// The one-word verdict of an evaluation, for tables and manifests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No candidate (no code block, plan or ABI problem).
+    ExtractError,
+    /// NVRTC failed, the source was rejected, or the compile timed out.
+    CompileError,
+    /// The plan exceeds CUDA's or the configured limits.
+    InvalidLaunch,
+    /// A CUDA call failed while the candidate ran.
+    CudaError,
+    /// The job ran past its limit.
+    Timeout,
+    /// The worker died.
+    Crashed,
+    /// The reference failed (a broken task, not the candidate's fault).
+    ReferenceFailed,
+    /// A stage could not run here.
+    Unavailable,
+    /// Ran, but failed a check.
+    Incorrect,
+    /// Passed every check.
+    Correct,
+}
+
+impl Verdict {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::ExtractError => "extract_error",
+            Verdict::CompileError => "compile_error",
+            Verdict::InvalidLaunch => "invalid_launch",
+            Verdict::CudaError => "cuda_error",
+            Verdict::Timeout => "timeout",
+            Verdict::Crashed => "crashed",
+            Verdict::ReferenceFailed => "reference_failed",
+            Verdict::Unavailable => "unavailable",
+            Verdict::Incorrect => "incorrect",
+            Verdict::Correct => "correct",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Evaluation {
+    /// The verdict of the stages run so far.
+    pub fn verdict(&self) -> Verdict {
+        if !self.stages.extract.ok {
+            return Verdict::ExtractError;
+        }
+        match &self.stages.compile {
+            Some(c) if c.status == "unavailable" => return Verdict::Unavailable,
+            Some(c) if !c.ok => return Verdict::CompileError,
+            None => return Verdict::Unavailable,
+            _ => {}
+        }
+        if let Some(c) = &self.stages.correctness {
+            return if c.passed { Verdict::Correct } else { Verdict::Incorrect };
+        }
+        match self.stages.execute.as_ref().map(|e| &e.status) {
+            Some(ExecStatus::CudaError { .. }) => Verdict::CudaError,
+            Some(ExecStatus::InvalidLaunch { .. }) => Verdict::InvalidLaunch,
+            Some(ExecStatus::Timeout { .. }) => Verdict::Timeout,
+            Some(ExecStatus::Crashed { .. }) => Verdict::Crashed,
+            Some(ExecStatus::ReferenceFailed { .. }) => Verdict::ReferenceFailed,
+            _ => Verdict::Unavailable,
+        }
     }
 }

@@ -19,7 +19,7 @@ mod report;
 mod stages;
 
 pub use combinators::{Clip, Gate, Map, Staged, Weighted};
-pub use evaluator::{Context, EvalOptions, Evaluation, Evaluator, Submission};
+pub use evaluator::{Context, EvalOptions, Evaluation, Evaluator, Submission, Verdict};
 pub use report::{ExtractStage, RankerStage, RewardReport, Stages, StructureStage, Term};
 pub use stages::{CompileReward, CorrectReward, OutcomeLadder, PassRateReward, SpeedupReward, SyntaxReward};
 

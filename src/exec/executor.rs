@@ -1,0 +1,162 @@
+//! The parent side: a pool of GPU workers, one or more per visible GPU, each pinned with
+//! `CUDA_VISIBLE_DEVICES`. Every job gets a result, whatever the candidate does.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::job::{ExecJob, TimingOptions};
+use super::report::{ExecResult, ExecStatus};
+use crate::sandbox::protocol::{Job, JobResult};
+use crate::sandbox::{find_worker, JobOutcome, Pool, WorkerSpec};
+
+/// GPU execution settings; every field has a documented default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecOptions {
+    /// Worker processes per visible GPU (default 1).
+    pub workers_per_gpu: usize,
+    /// Wall-clock limit per job, including all configs and timing (default 60 s).
+    pub timeout: Duration,
+    /// Timing protocol (see [`TimingOptions`]).
+    pub timing: TimingOptions,
+    /// Device memory cap per job in bytes (default 0: 90 % of the GPU's free memory).
+    pub max_device_bytes: u64,
+    /// Pin the input seed (default: a fresh seed per call, so answers cannot be memorised).
+    pub seed: Option<u64>,
+    /// Check at most this many configs, spread over the task's list (default: all).
+    pub max_configs: Option<usize>,
+    /// Worker executable (default: found like the compile workers).
+    pub worker: Option<PathBuf>,
+    /// Memory bandwidth for the physical floor, GB/s (default 0: the device table).
+    pub bandwidth_gbps: f64,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            workers_per_gpu: 1,
+            timeout: Duration::from_secs(60),
+            timing: TimingOptions::default(),
+            max_device_bytes: 0,
+            seed: None,
+            max_configs: None,
+            worker: None,
+            bandwidth_gbps: 0.0,
+        }
+    }
+}
+
+/// Runs GPU jobs in sandboxed workers.
+pub struct Executor {
+    pool: Pool,
+    options: ExecOptions,
+    gpus: Vec<String>,
+}
+
+/// The GPUs this process may use, as `CUDA_VISIBLE_DEVICES` entries; `Err` says why none.
+pub fn visible_gpus() -> Result<Vec<String>, String> {
+    if !super::driver::driver_present() {
+        return Err("no NVIDIA driver (libcuda) on this machine".into());
+    }
+    cudarc::driver::result::init().map_err(|e| format!("cuInit failed: {e:?}"))?;
+    let count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    if count <= 0 {
+        return Err("the driver reports no GPU".into());
+    }
+    let listed: Option<Vec<String>> = std::env::var("CUDA_VISIBLE_DEVICES")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect());
+    Ok(match listed {
+        Some(l) if !l.is_empty() => l.into_iter().take(count as usize).collect(),
+        _ => (0..count).map(|i| i.to_string()).collect(),
+    })
+}
+
+impl Executor {
+    /// Starts nothing yet; fails with a reason when there is no GPU or no worker binary.
+    pub fn new(options: ExecOptions) -> Result<Executor, String> {
+        let gpus = visible_gpus()?;
+        let (program, args) = find_worker(options.worker.as_deref())
+            .ok_or("GPU jobs need the `cudaperf` worker executable: set CUDAPERF_WORKER or ExecOptions::worker")?;
+        let mut specs = Vec::new();
+        for g in &gpus {
+            for _ in 0..options.workers_per_gpu.max(1) {
+                specs.push(WorkerSpec {
+                    program: program.clone(),
+                    args: args.clone(),
+                    env: vec![("CUDA_VISIBLE_DEVICES".into(), g.clone())],
+                    memory_limit_bytes: None,
+                });
+            }
+        }
+        Ok(Executor {
+            pool: Pool::new(specs),
+            options,
+            gpus,
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ExecOptions {
+        &self.options
+    }
+
+    /// The GPUs in use.
+    pub fn gpus(&self) -> &[String] {
+        &self.gpus
+    }
+
+    /// Workers replaced so far (timeouts, crashes, sticky errors).
+    pub fn restarts(&self) -> u64 {
+        self.pool.stats().restarts
+    }
+
+    /// A fresh input seed, unless pinned.
+    pub fn seed(&self) -> u64 {
+        self.options.seed.unwrap_or_else(|| {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+            (t as u64) ^ ((t >> 64) as u64) ^ (std::process::id() as u64).rotate_left(32)
+        })
+    }
+
+    /// Runs one job; always returns a result.
+    pub fn run(&self, job: ExecJob) -> ExecResult {
+        self.run_all(vec![job]).pop().unwrap_or_else(|| {
+            ExecResult::status_only(ExecStatus::Crashed {
+                reason: "no result (internal error)".into(),
+            })
+        })
+    }
+
+    /// Runs jobs on all workers at once; results in input order, one per job.
+    pub fn run_all(&self, jobs: Vec<ExecJob>) -> Vec<ExecResult> {
+        let start = Instant::now();
+        let jobs: Vec<Job> = jobs.into_iter().map(|j| Job::Execute(Box::new(j))).collect();
+        self.pool
+            .run_all(&jobs, self.options.timeout)
+            .into_iter()
+            .map(|o| {
+                let mut r = match o {
+                    JobOutcome::Done(JobResult::Executed(r)) => *r,
+                    JobOutcome::Done(JobResult::Error { message }) => ExecResult::status_only(ExecStatus::Unavailable { reason: message }),
+                    JobOutcome::Done(other) => ExecResult::status_only(ExecStatus::Crashed {
+                        reason: format!("unexpected worker answer {other:?}"),
+                    }),
+                    JobOutcome::Timeout { limit } => ExecResult::status_only(ExecStatus::Timeout {
+                        limit_ms: limit.as_millis() as u64,
+                    }),
+                    JobOutcome::Crashed { reason, stderr_tail } => {
+                        let tail: String = stderr_tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+                        ExecResult::status_only(ExecStatus::Crashed {
+                            reason: if tail.is_empty() { reason } else { format!("{reason}; stderr: {tail}") },
+                        })
+                    }
+                    JobOutcome::SpawnFailed { reason } => ExecResult::status_only(ExecStatus::Unavailable { reason }),
+                };
+                if r.millis == 0.0 {
+                    r.millis = start.elapsed().as_secs_f64() * 1e3;
+                }
+                r
+            })
+            .collect()
+    }
+}

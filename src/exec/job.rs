@@ -1,0 +1,306 @@
+//! A GPU job: everything a worker needs, with every expression already evaluated, so the
+//! worker runs no parser on task or candidate text.
+
+use serde::{Deserialize, Serialize};
+
+use crate::candidate::{Candidate, PlanLimits, ResolvedPlan};
+use crate::compile::CompiledModule;
+use crate::task::{DType, Direction, Distribution, Param, Task, Tolerance};
+
+/// One ABI buffer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobBuffer {
+    /// Name (for reports).
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Direction.
+    pub direction: Direction,
+}
+
+/// One ABI parameter, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JobParam {
+    /// Index into [`ExecJob::buffers`].
+    Buffer {
+        /// The buffer.
+        buffer: usize,
+    },
+    /// A scalar of this dtype; values are per config.
+    Scalar {
+        /// Its type.
+        dtype: DType,
+    },
+}
+
+/// How to fill an input buffer (the support kernel's modes).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Fill {
+    /// 0 uniform, 1 normal, 2 integer range, 3 arange, 4 constant.
+    pub mode: i32,
+    /// First parameter (low, mean, start, value).
+    pub a: f64,
+    /// Second parameter (high, std, step).
+    pub b: f64,
+    /// Whether a new seed gives new values.
+    pub random: bool,
+}
+
+/// One configuration, evaluated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobConfig {
+    /// Config name.
+    pub name: String,
+    /// Element count per buffer.
+    pub lens: Vec<u64>,
+    /// Value per parameter (0 for buffers); integers are exact in f64 up to 2^53.
+    pub scalars: Vec<f64>,
+    /// Fill per buffer (`None` for outputs).
+    pub fills: Vec<Option<Fill>>,
+    /// The reference's plan.
+    pub reference: ResolvedPlan,
+    /// The candidate's plan.
+    pub candidate: ResolvedPlan,
+}
+
+/// A compiled side (reference or candidate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobModule {
+    /// The cubin, base64.
+    pub cubin_b64: String,
+    /// (kernel as launched, symbol to look up).
+    pub symbols: Vec<(String, String)>,
+    /// Scratch buffer dtypes, in plan order.
+    pub scratch: Vec<DType>,
+}
+
+/// How to time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimingOptions {
+    /// Untimed runs per side before timing, identical to timed runs (default 3).
+    pub warmup: u32,
+    /// Fewest timed runs per side (default 20).
+    pub min_reps: u32,
+    /// Most timed runs per side (default 200).
+    pub max_reps: u32,
+    /// Stop adding runs once both sides together took this much GPU time, ms (default 300).
+    pub budget_ms: f64,
+    /// Write a buffer of twice the L2 size between runs (default true).
+    pub flush_l2: bool,
+    /// Bootstrap resamples for the interval (default 2000).
+    pub bootstrap: u32,
+    /// Smallest noise floor, relative (default 0.005).
+    pub min_noise_floor: f64,
+}
+
+impl Default for TimingOptions {
+    fn default() -> Self {
+        TimingOptions {
+            warmup: 3,
+            min_reps: 20,
+            max_reps: 200,
+            budget_ms: 300.0,
+            flush_l2: true,
+            bootstrap: 2000,
+            min_noise_floor: 0.005,
+        }
+    }
+}
+
+/// A complete GPU job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecJob {
+    /// ABI buffers.
+    pub buffers: Vec<JobBuffer>,
+    /// ABI parameters in order.
+    pub params: Vec<JobParam>,
+    /// Configurations to check.
+    pub configs: Vec<JobConfig>,
+    /// The reference.
+    pub reference: JobModule,
+    /// The candidate.
+    pub candidate: JobModule,
+    /// Tolerance.
+    pub tolerance: Tolerance,
+    /// Input seed (input set A uses it, set B uses a value derived from it).
+    pub seed: u64,
+    /// Timing, when wanted (only run if every config passed).
+    pub timing: Option<TimingOptions>,
+    /// Index of the config to time.
+    pub timing_config: usize,
+    /// Most device memory the job may allocate, bytes (0: 90 % of free memory).
+    pub max_device_bytes: u64,
+    /// Bandwidth for the physical floor, GB/s (0: the device table or a measurement).
+    pub bandwidth_gbps: f64,
+}
+
+fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Result<Fill, String> {
+    let e = |b: &crate::task::Bound| b.eval(sizes).map_err(|e| e.to_string());
+    let (mode, a, b) = match dist {
+        Distribution::Uniform { low, high } => (0, e(low)?, e(high)?),
+        Distribution::Normal { mean, std } => (1, e(mean)?, e(std)?),
+        Distribution::IntRange { low, high } => (2, e(low)?, e(high)?),
+        Distribution::Arange { start, step } => (3, e(start)?, e(step)?),
+        Distribution::Constant { value } => (4, e(value)?, 0.0),
+    };
+    // Integer buffers cannot hold fractions: uniform/normal become integer-valued.
+    let mode = if !dtype.is_float() && mode <= 1 { 2 } else { mode };
+    Ok(Fill {
+        mode,
+        a,
+        b,
+        random: dist.is_random(),
+    })
+}
+
+/// Why a job could not be built: the candidate's plan fails for some config.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BuildError {
+    /// The candidate's plan is invalid for a config.
+    #[error("{0}")]
+    Candidate(String),
+    /// The task or its reference is broken.
+    #[error("{0}")]
+    Reference(String),
+}
+
+impl JobModule {
+    fn new(cand: &Candidate, module: &CompiledModule) -> JobModule {
+        use base64::Engine;
+        JobModule {
+            cubin_b64: base64::engine::general_purpose::STANDARD.encode(module.cubin.as_slice()),
+            symbols: cand.launches.iter().map(|l| (l.kernel.clone(), module.symbol(&l.kernel))).collect(),
+            scratch: cand.scratch.iter().map(|s| s.dtype).collect(),
+        }
+    }
+}
+
+/// Inputs to [`ExecJob::build`].
+pub struct JobParts<'a> {
+    /// The task.
+    pub task: &'a Task,
+    /// Configs to check (indices into `task.configs`).
+    pub configs: &'a [usize],
+    /// The reference after its ABI check.
+    pub reference: (&'a Candidate, &'a CompiledModule),
+    /// The candidate after its ABI check.
+    pub candidate: (&'a Candidate, &'a CompiledModule),
+    /// Plan limits.
+    pub limits: &'a PlanLimits,
+    /// Input seed.
+    pub seed: u64,
+    /// Timing, if wanted.
+    pub timing: Option<TimingOptions>,
+    /// Device memory cap (0: automatic).
+    pub max_device_bytes: u64,
+    /// Bandwidth override (0: automatic).
+    pub bandwidth_gbps: f64,
+}
+
+impl ExecJob {
+    /// Evaluates everything for the chosen configs.
+    pub fn build(p: JobParts<'_>) -> Result<ExecJob, BuildError> {
+        let task = p.task;
+        let mut buffers = Vec::new();
+        let mut params = Vec::new();
+        for param in &task.params {
+            match param {
+                Param::Buffer { name, direction, dtype, .. } => {
+                    params.push(JobParam::Buffer { buffer: buffers.len() });
+                    buffers.push(JobBuffer {
+                        name: name.clone(),
+                        dtype: *dtype,
+                        direction: *direction,
+                    });
+                }
+                Param::Scalar { dtype, .. } => params.push(JobParam::Scalar { dtype: *dtype }),
+            }
+        }
+        let mut configs = Vec::new();
+        let mut timing_config = 0;
+        let mut largest = 0u64;
+        for (k, &ci) in p.configs.iter().enumerate() {
+            let cfg = task
+                .configs
+                .get(ci)
+                .ok_or_else(|| BuildError::Reference(format!("config index {ci} out of range")))?;
+            let lens: Vec<u64> = task.buffer_lens(cfg).map_err(BuildError::Reference)?.iter().map(|b| b.2).collect();
+            let bytes: u64 = lens.iter().zip(&buffers).map(|(n, b)| n * b.dtype.size_bytes()).sum();
+            if bytes > largest {
+                largest = bytes;
+                timing_config = k;
+            }
+            let mut scalars = Vec::new();
+            for param in &task.params {
+                scalars.push(match param {
+                    Param::Scalar { name, dtype, value } => {
+                        let v = if dtype.is_float() {
+                            value.eval_f64(&cfg.sizes)
+                        } else {
+                            value.eval_int(&cfg.sizes).map(|i| i as f64)
+                        };
+                        v.map_err(|e| BuildError::Reference(format!("scalar `{name}` in config `{}`: {e}", cfg.name)))?
+                    }
+                    Param::Buffer { .. } => 0.0,
+                });
+            }
+            let mut fills = Vec::new();
+            for b in &buffers {
+                fills.push(if b.direction.is_input() {
+                    let dist = task.inputs.get(&b.name).cloned().unwrap_or_else(|| Distribution::default_for(b.dtype));
+                    Some(
+                        fill_for(&dist, b.dtype, &cfg.sizes)
+                            .map_err(|e| BuildError::Reference(format!("inputs.{} in config `{}`: {e}", b.name, cfg.name)))?,
+                    )
+                } else {
+                    None
+                });
+            }
+            let reference = p
+                .reference
+                .0
+                .resolve(task, cfg, p.limits)
+                .map_err(|e| BuildError::Reference(format!("reference plan: {e}")))?;
+            let candidate = p.candidate.0.resolve(task, cfg, p.limits).map_err(|e| BuildError::Candidate(e.to_string()))?;
+            configs.push(JobConfig {
+                name: cfg.name.clone(),
+                lens,
+                scalars,
+                fills,
+                reference,
+                candidate,
+            });
+        }
+        Ok(ExecJob {
+            buffers,
+            params,
+            configs,
+            reference: JobModule::new(p.reference.0, p.reference.1),
+            candidate: JobModule::new(p.candidate.0, p.candidate.1),
+            tolerance: task.tolerance,
+            seed: p.seed,
+            timing: p.timing,
+            timing_config,
+            max_device_bytes: p.max_device_bytes,
+            bandwidth_gbps: p.bandwidth_gbps,
+        })
+    }
+
+    /// Bytes the ABI must move once: inputs read, outputs written (inout both).
+    pub fn abi_bytes(&self, config: usize) -> u64 {
+        let Some(c) = self.configs.get(config) else { return 0 };
+        self.buffers
+            .iter()
+            .zip(&c.lens)
+            .map(|(b, n)| {
+                let bytes = n * b.dtype.size_bytes();
+                if b.direction == Direction::Inout {
+                    2 * bytes
+                } else {
+                    bytes
+                }
+            })
+            .sum()
+    }
+}

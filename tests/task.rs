@@ -1,0 +1,246 @@
+//! Task loading and validation: every error names the file and the field; every shipped
+//! task loads.
+
+mod common;
+
+use std::path::Path;
+
+use common::{write_task, BASE_TASK};
+use cudaperf::candidate::{Candidate, PlanLimits};
+use cudaperf::expr::{Expr, Sizes};
+use cudaperf::task::{Param, Task, TaskError, TaskLimits};
+
+/// Loads a task folder built from `toml` and checks that it fails naming `task.toml`,
+/// exactly `field`, and a message containing `says`.
+fn expect_invalid(toml: &str, omit: &[&str], limits: TaskLimits, field: &str, says: &str) {
+    let (tmp, dir) = write_task(toml, omit);
+    // A file beside the task folder, so that `../x.cu` would exist if it were followed.
+    std::fs::write(tmp.path().join("x.cu"), "secret").unwrap();
+    let err = Task::load_with(&dir, &limits).expect_err("task should be rejected");
+    let text = err.to_string();
+    let toml_path = dir.join("task.toml");
+    assert!(text.contains(&toml_path.display().to_string()), "message does not name the file: {text}");
+    match &err {
+        TaskError::Invalid { path, field: f, message } => {
+            assert_eq!(path, &toml_path);
+            assert_eq!(f, field, "wrong field in: {text}");
+            assert!(message.contains(says), "message lacks `{says}`: {text}");
+            assert!(text.contains(field), "Display lacks the field: {text}");
+        }
+        other => panic!("expected TaskError::Invalid for `{field}`, got {other:?}"),
+    }
+    assert!(!text.contains("secret"));
+}
+
+fn replace(from: &str, to: &str) -> String {
+    assert!(BASE_TASK.contains(from), "BASE_TASK lacks {from}");
+    BASE_TASK.replacen(from, to, 1)
+}
+
+fn append(extra: &str) -> String {
+    format!("{BASE_TASK}\n{extra}\n")
+}
+
+fn cap(bytes: u64) -> TaskLimits {
+    TaskLimits { max_buffer_bytes: bytes }
+}
+
+/// One `#[test]` per invalid task: `name: toml, omitted files, limits => field, message`.
+macro_rules! invalid_task {
+    ($($(#[$doc:meta])* $name:ident: $toml:expr, omit $omit:expr, $limits:expr => $field:expr, $says:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $name() {
+                expect_invalid(&$toml, &$omit, $limits, $field, $says);
+            }
+        )*
+    };
+}
+
+invalid_task! {
+    /// A typo in a dtype is caught at load time, not when buffers are allocated.
+    unknown_dtype: replace("dtype = \"f32\"", "dtype = \"float32\""), omit [], cap(8 << 30) => "params[0].dtype", "unknown dtype `float32`";
+    /// Directions other than in/out/inout are refused.
+    unknown_direction: replace("direction = \"in\"", "direction = \"sideways\""), omit [], cap(8 << 30) => "params[0].direction", "unknown direction `sideways`";
+    /// The task kind must be c2cuda or torch2cuda.
+    unknown_task_kind: replace("kind = \"c2cuda\"", "kind = \"py2cuda\""), omit [], cap(8 << 30) => "kind", "unknown kind `py2cuda`";
+    /// A parameter kind must be buffer or scalar.
+    unknown_param_kind: replace("kind = \"buffer\"", "kind = \"tensor\""), omit [], cap(8 << 30) => "params[0].kind", "unknown parameter kind `tensor`";
+    /// A length expression over a size no config defines.
+    len_names_unknown_size: replace("len = \"n\"", "len = \"n * m\""), omit [], cap(8 << 30) => "params[0].len", "`m`";
+    /// A scalar value over a size no config defines.
+    value_names_unknown_size: replace("value = \"n\"", "value = \"rows\""), omit [], cap(8 << 30) => "params[2].value", "`rows`";
+    /// Two parameters with one name would make `args=(...)` ambiguous.
+    duplicate_param_names: replace("name = \"c\"", "name = \"a\""), omit [], cap(8 << 30) => "params[1].name", "duplicate parameter name `a`";
+    /// Two configs with one name would make reports ambiguous.
+    duplicate_config_names: append("[[configs]]\nname = \"small\"\nsizes = { n = 5 }"), omit [], cap(8 << 30) => "configs[1].name", "duplicate config name `small`";
+    /// A task needs at least one config.
+    no_configs: BASE_TASK.split("[[configs]]").next().unwrap().to_string(), omit [], cap(8 << 30) => "configs", "at least one";
+    /// A size must not be negative.
+    negative_size: replace("n = 1000", "n = -4"), omit [], cap(8 << 30) => "configs[0].sizes.n", "negative";
+    /// The reference file must exist.
+    missing_reference: BASE_TASK.to_string(), omit ["reference.cu"], cap(8 << 30) => "reference", "does not exist";
+    /// The original program must exist.
+    missing_original: BASE_TASK.to_string(), omit ["original.c"], cap(8 << 30) => "original", "does not exist";
+    /// Each listed implementation must exist.
+    missing_implementation: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nimplementations = [\"fast.cu\"]"), omit [], cap(8 << 30) => "implementations[0]", "does not exist";
+    /// A config whose lengths evaluate below zero.
+    config_makes_length_negative: replace("len = \"n\"", "len = \"n - 2000\""), omit [], cap(8 << 30) => "configs[0]", "negative length";
+    /// A config whose buffers exceed the memory cap (1000 floats in + out = 8000 bytes).
+    config_exceeds_memory_cap: BASE_TASK.to_string(), omit [], cap(7999) => "configs[0]", "more than the cap of 7999 bytes";
+    /// Distributions are only for input buffers.
+    inputs_for_an_output: append("[inputs.c]\ndist = \"uniform\"\nlow = 0.0\nhigh = 1.0"), omit [], cap(8 << 30) => "inputs.c", "not an input buffer";
+    /// Distributions are only for input buffers (a scalar is not one).
+    inputs_for_a_scalar: append("[inputs.n]\ndist = \"constant\"\nvalue = 1.0"), omit [], cap(8 << 30) => "inputs.n", "not an input buffer";
+    /// A distribution for a parameter that does not exist.
+    inputs_for_unknown_param: append("[inputs.zz]\ndist = \"constant\"\nvalue = 1.0"), omit [], cap(8 << 30) => "inputs.zz", "no parameter named `zz`";
+    /// A distribution bound over an unknown size.
+    inputs_bound_unknown_size: append("[inputs.a]\ndist = \"int_range\"\nlow = 0\nhigh = \"m\""), omit [], cap(8 << 30) => "inputs.a", "`m`";
+    /// Without an out/inout buffer nothing can be compared.
+    no_output_buffer: replace("direction = \"out\"", "direction = \"in\""), omit [], cap(8 << 30) => "params", "no out or inout buffer";
+    /// `../x.cu` must not read files outside the task folder (x.cu exists there).
+    reference_path_traversal: replace("reference = \"reference.cu\"", "reference = \"../x.cu\""), omit [], cap(8 << 30) => "reference", "inside the task folder";
+    /// Absolute paths are refused too.
+    original_absolute_path: replace("original = \"original.c\"", "original = \"/etc/passwd\""), omit [], cap(8 << 30) => "original", "inside the task folder";
+    /// Traversal in an implementation list.
+    implementation_path_traversal: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nimplementations = [\"sub/../../x.cu\"]"), omit [], cap(8 << 30) => "implementations[0]", "inside the task folder";
+    /// The id must equal the folder name.
+    id_differs_from_folder: replace("id = \"t\"", "id = \"other\""), omit [], cap(8 << 30) => "id", "folder name";
+    /// Negative tolerances make every comparison fail.
+    negative_tolerance: append("[tolerance]\natol = -1.0\nrtol = 0.0"), omit [], cap(8 << 30) => "tolerance", "finite";
+}
+
+/// An incomplete length expression (`n +`) is rejected naming the file and the buffer.
+/// evalexpr builds a tree for `n +`, so the error surfaces when the config's lengths are
+/// evaluated (field `configs[0]`), not at `params[0].len`.
+#[test]
+fn incomplete_len_expression_is_rejected() {
+    let (_tmp, dir) = write_task(&replace("len = \"n\"", "len = \"n +\""), &[]);
+    let err = Task::load(&dir).unwrap_err().to_string();
+    assert!(err.contains(&dir.join("task.toml").display().to_string()), "{err}");
+    assert!(err.contains("`n +`") && err.contains("buffer `a`"), "{err}");
+}
+
+/// A TOML syntax error and an unknown top-level key are `Parse` errors naming the file.
+#[test]
+fn toml_errors_name_the_file() {
+    for toml in [format!("{BASE_TASK}\n[[params]\n"), format!("colour = \"red\"\n{BASE_TASK}")] {
+        let (_tmp, dir) = write_task(&toml, &[]);
+        let err = Task::load(&dir).unwrap_err();
+        assert!(matches!(err, TaskError::Parse { .. }), "{err:?}");
+        assert!(err.to_string().contains(&dir.join("task.toml").display().to_string()), "{err}");
+    }
+}
+
+/// A task folder without task.toml is an I/O error naming the path.
+#[test]
+fn missing_task_toml_is_io_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = Task::load(tmp.path().join("nope")).unwrap_err();
+    assert!(matches!(err, TaskError::Io { .. }), "{err:?}");
+    assert!(err.to_string().contains("nope"), "{err}");
+}
+
+/// The base task used by the invalid cases is itself valid (so each case fails for its
+/// own reason), and defaults are filled in.
+#[test]
+fn base_task_is_valid() {
+    let (_tmp, dir) = write_task(BASE_TASK, &[]);
+    let t = Task::load(&dir).expect("base task");
+    assert_eq!(t.params.len(), 3);
+    assert!(t.inputs.contains_key("a"), "default distribution filled in");
+    assert_eq!(t.signature(), "(const float* a, float* c, int n)");
+    assert_eq!(t.buffer_bytes(&t.configs[0]).unwrap(), 8000);
+    // Exactly at the cap is allowed.
+    assert!(Task::load_with(&dir, &cap(8000)).is_ok());
+}
+
+fn task_dirs() -> Vec<std::path::PathBuf> {
+    let root = common::fixture("tasks");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("read {}: {e}", root.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("task.toml").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every shipped task loads and validates; the count is printed (the dataset aims at >= 40).
+#[test]
+fn every_fixture_task_loads() {
+    let dirs = task_dirs();
+    let mut failures = Vec::new();
+    for d in &dirs {
+        if let Err(e) = Task::load(d) {
+            failures.push(format!("{}: {e}", d.display()));
+        }
+    }
+    println!("fixture tasks: {} ({} failed)", dirs.len(), failures.len());
+    assert!(!dirs.is_empty(), "no tasks under fixtures/tasks");
+    assert!(failures.is_empty(), "tasks that fail to load:\n{}", failures.join("\n"));
+}
+
+/// Every scalar value and buffer length of every shipped task evaluates for every config
+/// (float scalars such as `1e-5` included), and every implementation parses, matches the
+/// ABI and resolves its launch plan for every config.
+#[test]
+fn every_fixture_task_evaluates_and_its_implementations_resolve() {
+    let mut failures = Vec::new();
+    let mut impls = 0;
+    for d in task_dirs() {
+        let Ok(task) = Task::load(&d) else { continue };
+        for c in &task.configs {
+            for p in &task.params {
+                if let Param::Scalar { name, dtype, value } = p {
+                    let r = if dtype.is_float() { value.eval_f64(&c.sizes).map(|_| ()) } else { value.eval_int(&c.sizes).map(|_| ()) };
+                    if let Err(e) = r {
+                        failures.push(format!("{} scalar {name} config {}: {e}", task.id, c.name));
+                    }
+                }
+            }
+            if let Err(e) = task.buffer_lens(c) {
+                failures.push(format!("{} config {}: {e}", task.id, c.name));
+            }
+        }
+        for imp in task.all_implementations() {
+            impls += 1;
+            let r = Candidate::parse(&imp.source).and_then(|mut cand| {
+                cand.check_abi(&task)?;
+                for c in &task.configs {
+                    cand.resolve(&task, c, &PlanLimits::default())?;
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
+                failures.push(format!("{}/{}: {e}", task.id, imp.name));
+            }
+        }
+    }
+    println!("fixture implementations checked: {impls}");
+    assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Float literals in scalar values, scientific notation included, evaluate to the number
+/// written (regression: evalexpr alone does not read `1e-5`).
+#[test]
+fn float_scalar_literals_evaluate() {
+    let none = Sizes::new();
+    for (text, want) in [("1e-5", 1e-5), ("1e-6", 1e-6), ("2.5E3", 2500.0), ("0.01", 0.01), ("1.75", 1.75), ("3", 3.0), ("-0.5", -0.5)] {
+        let got = Expr::parse(text).and_then(|e| e.eval_f64(&none));
+        assert_eq!(got, Ok(want), "{text}");
+    }
+}
+
+/// A task whose scalar is a float in scientific notation loads and evaluates.
+#[test]
+fn task_with_scientific_scalar_loads() {
+    let toml = BASE_TASK.replacen("dtype = \"i32\"\nvalue = \"n\"", "dtype = \"f32\"\nvalue = \"1e-5\"", 1);
+    assert_ne!(toml, BASE_TASK);
+    let (_tmp, dir) = write_task(&toml, &[]);
+    let t = Task::load(Path::new(&dir)).expect("loads");
+    let Param::Scalar { value, .. } = &t.params[2] else { panic!("scalar") };
+    assert_eq!(value.eval_f64(&t.configs[0].sizes), Ok(1e-5));
+}
