@@ -24,10 +24,13 @@
 //! in [`sandbox`] workers) → ranker → [`reward`] combination.
 #![deny(missing_docs)]
 
+pub mod analysis;
 pub mod candidate;
 pub mod compile;
+pub mod dataset;
 pub mod exec;
 pub mod expr;
+mod prompt;
 pub mod reward;
 pub mod sandbox;
 pub mod syntax;

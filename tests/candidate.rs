@@ -3,7 +3,9 @@
 
 mod common;
 
-use cudaperf::candidate::{extract_code, Candidate, CandidateError, LaunchArg, PlanLimits, ResolvedArg};
+use cudaperf::candidate::{
+    extract_code, Candidate, CandidateError, LaunchArg, PlanLimits, ResolvedArg,
+};
 use cudaperf::expr::Expr;
 use cudaperf::task::Task;
 use proptest::prelude::*;
@@ -55,7 +57,8 @@ sizes = { rows = 70000, cols = 3 }
     (tmp, task)
 }
 
-const VADD_KERNEL: &str = "extern \"C\" __global__ void vector_add(const float* a, const float* b, float* c, int n) {}\n";
+const VADD_KERNEL: &str =
+    "extern \"C\" __global__ void vector_add(const float* a, const float* b, float* c, int n) {}\n";
 
 /// A vector_add source with the given launch/scratch lines above the standard kernel.
 fn vadd(lines: &str) -> String {
@@ -82,7 +85,12 @@ fn vector_add_reference_resolves() {
     assert_eq!(l.grid, [1000003u32.div_ceil(256), 1, 1]);
     assert_eq!(l.block, [256, 1, 1]);
     assert_eq!(l.smem, 0);
-    assert_eq!(l.args, (0..4).map(|index| ResolvedArg::Param { index }).collect::<Vec<_>>());
+    assert_eq!(
+        l.args,
+        (0..4)
+            .map(|index| ResolvedArg::Param { index })
+            .collect::<Vec<_>>()
+    );
 }
 
 /// Two and three dimensions, min/max/ceil_div, smem, explicit args with a scratch buffer
@@ -105,7 +113,9 @@ fn multi_dim_plan_with_scratch_and_args() {
     let args = c.launches[0].args.as_ref().unwrap();
     assert_eq!(args[1], LaunchArg::Scratch("partial".into()));
     assert!(matches!(&args[4], LaunchArg::Int(e) if e.as_str() == "rows*cols + 1"));
-    let plan = c.resolve(&task, task.config("small").unwrap(), &PlanLimits::default()).unwrap();
+    let plan = c
+        .resolve(&task, task.config("small").unwrap(), &PlanLimits::default())
+        .unwrap();
     assert_eq!(plan.scratch_lens, [56, 64]);
     let (a, b) = (&plan.launches[0], &plan.launches[1]);
     assert_eq!((a.grid, a.block, a.smem), ([32, 7, 1], [32, 8, 1], 1024));
@@ -143,7 +153,9 @@ fn template_kernel_names() {
     assert_eq!(c.launches[0].base_name(), "reduce");
     assert_eq!(c.kernel_names(), ["reduce"]);
     c.check_abi(&task).unwrap();
-    let plan = c.resolve(&task, &task.configs[0], &PlanLimits::default()).unwrap();
+    let plan = c
+        .resolve(&task, &task.configs[0], &PlanLimits::default())
+        .unwrap();
     assert_eq!(plan.launches[0].kernel, "reduce<256, 4>");
 }
 
@@ -216,7 +228,8 @@ macro_rules! abi_error {
             #[test]
             fn $name() {
                 let task = common::vector_add();
-                let mut c = parse_ok(&$src);
+                let src: String = $src;
+                let mut c = parse_ok(&src);
                 let err = c.check_abi(&task).expect_err("ABI should not match");
                 assert!(matches!(err, $pat), "unexpected error: {err:?}");
                 assert!(err.to_string().contains($says), "message lacks `{}`: {err}", $says);
@@ -255,7 +268,9 @@ fn explicit_args_in_another_order() {
     let task = common::vector_add();
     let mut c = parse_ok("// @launch k grid=(1) block=(1) args=(n, a, b, c)\nextern \"C\" __global__ void k(int n, const float* a, const float* b, float* c) {}\n");
     c.check_abi(&task).unwrap();
-    let plan = c.resolve(&task, &task.configs[0], &PlanLimits::default()).unwrap();
+    let plan = c
+        .resolve(&task, &task.configs[0], &PlanLimits::default())
+        .unwrap();
     assert_eq!(plan.launches[0].args[0], ResolvedArg::Param { index: 3 });
 }
 
@@ -374,7 +389,9 @@ completion! {
 /// Without any `__global__`, the largest block is taken.
 #[test]
 fn largest_block_without_kernel() {
-    let code = extract_code("```cuda\nint a;\n```\n```cuda\nint bbbbbbbbbb;\n```\n```cuda\nint c;\n```\n").unwrap();
+    let code =
+        extract_code("```cuda\nint a;\n```\n```cuda\nint bbbbbbbbbb;\n```\n```cuda\nint c;\n```\n")
+            .unwrap();
     assert_eq!(code, "int bbbbbbbbbb;\n");
 }
 
@@ -419,12 +436,10 @@ proptest! {
         let text: String = parts.concat();
         static TASK: std::sync::OnceLock<Task> = std::sync::OnceLock::new();
         let task = TASK.get_or_init(common::vector_add);
-        for c in [Candidate::parse(&text), Candidate::from_completion(&text)] {
-            if let Ok(mut c) = c {
-                if c.check_abi(task).is_ok() {
-                    for cfg in &task.configs {
-                        let _ = c.resolve(task, cfg, &PlanLimits::default());
-                    }
+        for mut c in [Candidate::parse(&text), Candidate::from_completion(&text)].into_iter().flatten() {
+            if c.check_abi(task).is_ok() {
+                for cfg in &task.configs {
+                    let _ = c.resolve(task, cfg, &PlanLimits::default());
                 }
             }
         }

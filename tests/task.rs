@@ -19,9 +19,16 @@ fn expect_invalid(toml: &str, omit: &[&str], limits: TaskLimits, field: &str, sa
     let err = Task::load_with(&dir, &limits).expect_err("task should be rejected");
     let text = err.to_string();
     let toml_path = dir.join("task.toml");
-    assert!(text.contains(&toml_path.display().to_string()), "message does not name the file: {text}");
+    assert!(
+        text.contains(&toml_path.display().to_string()),
+        "message does not name the file: {text}"
+    );
     match &err {
-        TaskError::Invalid { path, field: f, message } => {
+        TaskError::Invalid {
+            path,
+            field: f,
+            message,
+        } => {
             assert_eq!(path, &toml_path);
             assert_eq!(f, field, "wrong field in: {text}");
             assert!(message.contains(says), "message lacks `{says}`: {text}");
@@ -42,7 +49,9 @@ fn append(extra: &str) -> String {
 }
 
 fn cap(bytes: u64) -> TaskLimits {
-    TaskLimits { max_buffer_bytes: bytes }
+    TaskLimits {
+        max_buffer_bytes: bytes,
+    }
 }
 
 /// One `#[test]` per invalid task: `name: toml, omitted files, limits => field, message`.
@@ -52,7 +61,8 @@ macro_rules! invalid_task {
             $(#[$doc])*
             #[test]
             fn $name() {
-                expect_invalid(&$toml, &$omit, $limits, $field, $says);
+                let toml: String = $toml;
+                expect_invalid(&toml, &$omit, $limits, $field, $says);
             }
         )*
     };
@@ -118,18 +128,28 @@ invalid_task! {
 fn incomplete_len_expression_is_rejected() {
     let (_tmp, dir) = write_task(&replace("len = \"n\"", "len = \"n +\""), &[]);
     let err = Task::load(&dir).unwrap_err().to_string();
-    assert!(err.contains(&dir.join("task.toml").display().to_string()), "{err}");
+    assert!(
+        err.contains(&dir.join("task.toml").display().to_string()),
+        "{err}"
+    );
     assert!(err.contains("`n +`") && err.contains("buffer `a`"), "{err}");
 }
 
 /// A TOML syntax error and an unknown top-level key are `Parse` errors naming the file.
 #[test]
 fn toml_errors_name_the_file() {
-    for toml in [format!("{BASE_TASK}\n[[params]\n"), format!("colour = \"red\"\n{BASE_TASK}")] {
+    for toml in [
+        format!("{BASE_TASK}\n[[params]\n"),
+        format!("colour = \"red\"\n{BASE_TASK}"),
+    ] {
         let (_tmp, dir) = write_task(&toml, &[]);
         let err = Task::load(&dir).unwrap_err();
         assert!(matches!(err, TaskError::Parse { .. }), "{err:?}");
-        assert!(err.to_string().contains(&dir.join("task.toml").display().to_string()), "{err}");
+        assert!(
+            err.to_string()
+                .contains(&dir.join("task.toml").display().to_string()),
+            "{err}"
+        );
     }
 }
 
@@ -180,7 +200,11 @@ fn every_fixture_task_loads() {
     }
     println!("fixture tasks: {} ({} failed)", dirs.len(), failures.len());
     assert!(!dirs.is_empty(), "no tasks under fixtures/tasks");
-    assert!(failures.is_empty(), "tasks that fail to load:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "tasks that fail to load:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// Every scalar value and buffer length of every shipped task evaluates for every config
@@ -195,7 +219,11 @@ fn every_fixture_task_evaluates_and_its_implementations_resolve() {
         for c in &task.configs {
             for p in &task.params {
                 if let Param::Scalar { name, dtype, value } = p {
-                    let r = if dtype.is_float() { value.eval_f64(&c.sizes).map(|_| ()) } else { value.eval_int(&c.sizes).map(|_| ()) };
+                    let r = if dtype.is_float() {
+                        value.eval_f64(&c.sizes).map(|_| ())
+                    } else {
+                        value.eval_int(&c.sizes).map(|_| ())
+                    };
                     if let Err(e) = r {
                         failures.push(format!("{} scalar {name} config {}: {e}", task.id, c.name));
                     }
@@ -220,7 +248,12 @@ fn every_fixture_task_evaluates_and_its_implementations_resolve() {
         }
     }
     println!("fixture implementations checked: {impls}");
-    assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} problems:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Float literals in scalar values, scientific notation included, evaluate to the number
@@ -228,7 +261,15 @@ fn every_fixture_task_evaluates_and_its_implementations_resolve() {
 #[test]
 fn float_scalar_literals_evaluate() {
     let none = Sizes::new();
-    for (text, want) in [("1e-5", 1e-5), ("1e-6", 1e-6), ("2.5E3", 2500.0), ("0.01", 0.01), ("1.75", 1.75), ("3", 3.0), ("-0.5", -0.5)] {
+    for (text, want) in [
+        ("1e-5", 1e-5),
+        ("1e-6", 1e-6),
+        ("2.5E3", 2500.0),
+        ("0.01", 0.01),
+        ("1.75", 1.75),
+        ("3", 3.0),
+        ("-0.5", -0.5),
+    ] {
         let got = Expr::parse(text).and_then(|e| e.eval_f64(&none));
         assert_eq!(got, Ok(want), "{text}");
     }
@@ -237,10 +278,16 @@ fn float_scalar_literals_evaluate() {
 /// A task whose scalar is a float in scientific notation loads and evaluates.
 #[test]
 fn task_with_scientific_scalar_loads() {
-    let toml = BASE_TASK.replacen("dtype = \"i32\"\nvalue = \"n\"", "dtype = \"f32\"\nvalue = \"1e-5\"", 1);
+    let toml = BASE_TASK.replacen(
+        "dtype = \"i32\"\nvalue = \"n\"",
+        "dtype = \"f32\"\nvalue = \"1e-5\"",
+        1,
+    );
     assert_ne!(toml, BASE_TASK);
     let (_tmp, dir) = write_task(&toml, &[]);
     let t = Task::load(Path::new(&dir)).expect("loads");
-    let Param::Scalar { value, .. } = &t.params[2] else { panic!("scalar") };
+    let Param::Scalar { value, .. } = &t.params[2] else {
+        panic!("scalar")
+    };
     assert_eq!(value.eval_f64(&t.configs[0].sizes), Ok(1e-5));
 }

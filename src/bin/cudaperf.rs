@@ -74,6 +74,24 @@ enum Command {
     },
     /// Run as a sandbox worker (JSON lines on stdin/stdout); started by the library.
     Worker,
+    /// Print the structural features of a candidate (.cu) or completion (.md).
+    Features {
+        /// The candidate file.
+        file: PathBuf,
+        /// Task folder: enables the launch plan check and occupancy for its largest config.
+        #[arg(long)]
+        task: Option<PathBuf>,
+        /// Print JSON (features with spans, score, occupancy).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        compile: CompileArgs,
+    },
+    /// Dataset statistics and RL prompt export.
+    Dataset {
+        #[command(subcommand)]
+        command: DatasetCommand,
+    },
     /// Time every implementation of every task on the GPU against its reference.
     Measure {
         /// Folder of task folders.
@@ -93,6 +111,37 @@ enum Command {
         timeout: f64,
         #[command(flatten)]
         compile: CompileArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum DatasetCommand {
+    /// Tasks by kind, implementations, configs, timed pairs.
+    Stats {
+        /// Folder of task folders.
+        #[arg(long, default_value = "fixtures/tasks")]
+        tasks: PathBuf,
+        /// Timings file for the pair count (default fixtures/timings/h200.json if present).
+        #[arg(long)]
+        timings: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one RL prompt per task.
+    Export {
+        /// Folder of task folders.
+        #[arg(long, default_value = "fixtures/tasks")]
+        tasks: PathBuf,
+        /// Output format (jsonl: {"id", "kind", "prompt"} per line).
+        #[arg(long, default_value = "jsonl")]
+        format: String,
+        /// Only the train or test split (deterministic by task id), or all.
+        #[arg(long, default_value = "all")]
+        split: String,
+        /// Output file (default: standard output).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
 }
 
@@ -162,6 +211,131 @@ fn score(task: PathBuf, files: Vec<PathBuf>, reward: String, step: u64, json: bo
         println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn features(file: PathBuf, task: Option<PathBuf>, json: bool, compile: CompileArgs) -> Result<ExitCode, String> {
+    use cudaperf::reward::{Stage, StructureStage};
+    let sub = read_submission(&file)?;
+    let code = sub.code().ok_or_else(|| format!("{}: no code block found", file.display()))?.to_string();
+    let stage: StructureStage = match task {
+        Some(t) => {
+            let task = Task::load(&t).map_err(|e| e.to_string())?;
+            let evaluator = Evaluator::new(EvalOptions {
+                compile: compile.options()?,
+                no_gpu: true,
+                ..Default::default()
+            });
+            let eval = evaluator.evaluate(&task, &sub, Stage::Structure);
+            if let Some(err) = &eval.stages.extract.error {
+                eprintln!("note: {err}");
+            }
+            eval.stages.structure.ok_or("the structure stage did not run")?
+        }
+        None => {
+            // No task: no ABI to check; occupancy only for launches whose block size and
+            // kernel resources are known without sizes.
+            let features = cudaperf::analysis::analyze(code.as_bytes());
+            let mut occupancy = Vec::new();
+            if let Ok(cand) = sub.candidate() {
+                let compiler = cudaperf::compile::Compiler::new(compile.options()?);
+                if let Some(module) = compiler.compile(cand).module() {
+                    let spec = cudaperf::analysis::DeviceSpec::by_name("H200").unwrap_or(&cudaperf::analysis::DEVICES[0]);
+                    for l in &cand.launches {
+                        let no_sizes = Default::default();
+                        let threads: Option<i64> = l.block.iter().map(|e| e.eval_int(&no_sizes).ok()).product();
+                        let smem = l.smem.as_ref().map_or(Some(0), |e| e.eval_int(&no_sizes).ok());
+                        let r = module.kernels.iter().find(|k| k.name == l.kernel);
+                        if let (Some(t), Some(s), Some(r)) = (threads, smem, r) {
+                            if let Ok(o) = cudaperf::analysis::occupancy(spec, r.registers, r.static_smem_bytes as u64, s.max(0) as u64, t.clamp(0, 4096) as u32) {
+                                occupancy.push(cudaperf::reward::LaunchOccupancy {
+                                    kernel: l.kernel.clone(),
+                                    block_threads: t as u32,
+                                    registers: r.registers,
+                                    shared_bytes: r.static_smem_bytes as u64 + s.max(0) as u64,
+                                    occupancy: o.occupancy,
+                                    limiter: serde_json::to_value(o.limiter).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            let occ = occupancy.iter().map(|o| o.occupancy).reduce(f64::min);
+            let score = cudaperf::analysis::structural_score(&features, occ, None);
+            StructureStage {
+                score: score.value,
+                terms: score.terms.iter().map(|t| cudaperf::reward::Term { name: t.name.clone(), weight: t.weight, value: t.contribution }).collect(),
+                occupancy,
+                features: serde_json::to_value(&features).map_err(|e| e.to_string())?,
+            }
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&stage).map_err(|e| e.to_string())?);
+    } else {
+        let t = &stage.features["totals"];
+        println!("{}: structural score {:.3}", file.display(), stage.score);
+        println!("  global accesses: {}", t["global_accesses"]);
+        for o in &stage.occupancy {
+            println!("  occupancy {}: {:.0}% ({} threads, {} registers, limited by {})", o.kernel, 100.0 * o.occupancy, o.block_threads, o.registers, o.limiter);
+        }
+        for term in stage.terms.iter().filter(|t| t.value != 0.0) {
+            println!("  {:<32} {:+.3}", term.name, term.value);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
+    use cudaperf::dataset::Dataset;
+    match command {
+        DatasetCommand::Stats { tasks, timings, json } => {
+            let ds = Dataset::load(&tasks).map_err(|e| e.to_string())?;
+            let default = PathBuf::from("fixtures/timings/h200.json");
+            let path = timings.or_else(|| default.is_file().then_some(default));
+            let t = match &path {
+                Some(p) => Some(cudaperf::timings::Timings::load(p).map_err(|e| e.to_string())?),
+                None => None,
+            };
+            let s = ds.stats(t.as_ref());
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?);
+            } else {
+                println!("tasks: {} (c2cuda {}, torch2cuda {})", s.tasks, s.by_kind.c2cuda, s.by_kind.torch2cuda);
+                println!("implementations: {} (reference included)", s.implementations);
+                println!("configs: {}", s.configs);
+                match &path {
+                    Some(p) => println!("pairs: {} (from {}, ties within noise dropped)", s.pairs, p.display()),
+                    None => println!("pairs: 0 (no timings file; run `cudaperf measure` on a GPU)"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DatasetCommand::Export { tasks, format, split, out } => {
+            if format != "jsonl" {
+                return Err(format!("unknown format `{format}` (expected jsonl)"));
+            }
+            let ds = Dataset::load(&tasks).map_err(|e| e.to_string())?;
+            let (train, test) = ds.split(0.2, 0);
+            let chosen: Vec<&Task> = match split.as_str() {
+                "all" => ds.tasks.iter().collect(),
+                "train" => train,
+                "test" => test,
+                other => return Err(format!("unknown split `{other}` (expected all, train or test)")),
+            };
+            let mut text = String::new();
+            for t in chosen {
+                let line = serde_json::json!({"id": t.id, "kind": t.kind.as_str(), "prompt": t.prompt()});
+                text.push_str(&line.to_string());
+                text.push('\n');
+            }
+            match out {
+                Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?,
+                None => print!("{text}"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 /// Today's UTC date as YYYY-MM-DD (civil-from-days, no date crate needed).
@@ -244,13 +418,15 @@ fn measure(dir: PathBuf, out: PathBuf, only: Vec<String>, workers_per_gpu: usize
             if verdict != cudaperf::reward::Verdict::Correct || t.is_none() {
                 failures += 1;
             }
-            bar.println(format!(
+            let line = format!(
                 "{:<28} {:<36} {:<10} {}",
                 task.id,
                 imp.name,
                 verdict.as_str(),
                 t.map_or_else(|| reason.clone().unwrap_or_default(), |t| format!("{:>10.1} us  ref {:>10.1} us  x{:.3}", t.candidate_us, t.reference_us, t.raw_speedup))
-            ));
+            );
+            // println on a hidden bar (not a terminal) prints nothing; suspend always runs.
+            bar.suspend(|| eprintln!("{line}"));
             tt.implementations.insert(
                 imp.name.clone(),
                 ImplTiming {
@@ -267,15 +443,22 @@ fn measure(dir: PathBuf, out: PathBuf, only: Vec<String>, workers_per_gpu: usize
             bar.inc(1);
         }
         timings.tasks.insert(task.id.clone(), tt);
+        // Written after every task: a run cut short keeps what it measured.
+        write_json(&out, &timings)?;
     }
     bar.finish_and_clear();
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    }
-    let text = serde_json::to_string_pretty(&timings).map_err(|e| e.to_string())?;
-    std::fs::write(&out, text + "\n").map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     eprintln!("measured {total} implementations of {} tasks on {}: {failures} not correct or not timed; wrote {}", tasks.len(), timings.device, out.display());
     Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn write_json(out: &std::path::Path, value: &impl serde::Serialize) -> Result<(), String> {
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    let tmp = out.with_extension("json.tmp");
+    std::fs::write(&tmp, text + "\n").map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, out).map_err(|e| format!("cannot write {}: {e}", out.display()))
 }
 
 /// The first human-readable reason an evaluation is not correct.
@@ -296,6 +479,12 @@ fn first_reason(e: &cudaperf::reward::Evaluation) -> String {
 
 fn main() -> ExitCode {
     cudaperf::sandbox::run_if_requested();
+    // Die quietly on a closed pipe (`cudaperf score ... | head`) like other Unix tools.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("CUDAPERF_LOG"))
@@ -311,6 +500,8 @@ fn main() -> ExitCode {
             json,
             compile,
         } => score(task, files, reward, step, json, compile),
+        Command::Features { file, task, json, compile } => features(file, task, json, compile),
+        Command::Dataset { command } => dataset(command),
         Command::Measure {
             tasks,
             out,

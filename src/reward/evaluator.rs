@@ -82,6 +82,8 @@ pub struct EvalOptions {
     pub exec: ExecOptions,
     /// Skip the GPU stages even when a GPU is present (they report `Unavailable`).
     pub no_gpu: bool,
+    /// Device for static occupancy (a name in `analysis::DEVICES`; default H200).
+    pub occupancy_device: Option<String>,
 }
 
 /// The stages a submission has been through so far.
@@ -93,6 +95,8 @@ pub struct Evaluation {
     pub candidate: Option<Candidate>,
     /// The compiled module.
     pub module: Option<CompiledModule>,
+    /// Structural features (after the structure stage).
+    pub features: Option<crate::analysis::Features>,
     reached: Option<Stage>,
     timed: bool,
 }
@@ -188,14 +192,20 @@ impl Evaluator {
     fn run_gpu(&self, task: &Task, eval: &mut Evaluation, with_timing: bool) {
         let (Some(cand), Some(module)) = (&eval.candidate, &eval.module) else { return };
         let start = std::time::Instant::now();
-        let result = match self.executor() {
-            Err(reason) => ExecResult::status_only(ExecStatus::Unavailable { reason }),
-            Ok(executor) => {
+        // The plan is checked against CUDA's limits before any GPU is needed, so an invalid
+        // launch is reported as such on a machine without one too.
+        let configs = self.config_indices(task);
+        let plan_error = configs.iter().find_map(|&i| {
+            cand.resolve(task, &task.configs[i], &self.options.plan_limits).err().map(|e| e.to_string())
+        });
+        let result = match (plan_error, self.executor()) {
+            (Some(reason), _) => ExecResult::status_only(ExecStatus::InvalidLaunch { reason }),
+            (None, Err(reason)) => ExecResult::status_only(ExecStatus::Unavailable { reason }),
+            (None, Ok(executor)) => {
                 let reference = self.reference(task);
                 match reference.as_ref() {
                     Err(reason) => ExecResult::status_only(ExecStatus::ReferenceFailed { reason: reason.clone() }),
                     Ok((rc, rm)) => {
-                        let configs = self.config_indices(task);
                         let built = ExecJob::build(JobParts {
                             task,
                             configs: &configs,
@@ -230,6 +240,12 @@ impl Evaluator {
     /// The options.
     pub fn options(&self) -> &EvalOptions {
         &self.options
+    }
+
+    /// Forgets remembered evaluations (compiled modules stay in the compile cache), so the
+    /// next call measures again.
+    pub fn clear_memo(&self) {
+        self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// The compiler (shared cache).
@@ -341,7 +357,13 @@ impl Evaluator {
                     }
                 }
             }
-            Stage::Structure => {}
+            Stage::Structure => {
+                if let Some(code) = sub.code() {
+                    let name = self.options.occupancy_device.as_deref().unwrap_or("H200");
+                    let spec = crate::analysis::DeviceSpec::by_name(name).unwrap_or(&crate::analysis::DEVICES[0]);
+                    super::structure::run(eval, code, task, &self.options.plan_limits, spec);
+                }
+            }
             // One GPU job does correctness and, when a later stage is wanted, timing.
             Stage::Correctness => self.run_gpu(task, eval, upto >= Stage::Timing),
             Stage::Timing => {

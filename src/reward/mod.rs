@@ -17,10 +17,12 @@ mod evaluator;
 pub mod presets;
 mod report;
 mod stages;
+mod structure;
 
 pub use combinators::{Clip, Gate, Map, Staged, Weighted};
 pub use evaluator::{Context, EvalOptions, Evaluation, Evaluator, Submission, Verdict};
 pub use report::{ExtractStage, RankerStage, RewardReport, Stages, StructureStage, Term};
+pub use structure::{features_of, static_occupancy, LaunchOccupancy, StructuralReward};
 pub use stages::{CompileReward, CorrectReward, OutcomeLadder, PassRateReward, SpeedupReward, SyntaxReward};
 
 use serde::{Deserialize, Serialize};

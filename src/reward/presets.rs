@@ -1,7 +1,7 @@
 //! Ready-made rewards, each built only from the stage rewards and combinators.
 
 use super::stages::SpeedupScale;
-use super::{Clip, CompileReward, CorrectReward, Gate, Map, OutcomeLadder, PassRateReward, Reward, SpeedupReward, Staged, SyntaxReward, Weighted};
+use super::{StructuralReward, Clip, CompileReward, CorrectReward, Gate, Map, OutcomeLadder, PassRateReward, Reward, SpeedupReward, Staged, SyntaxReward, Weighted};
 
 /// Weights of the unified reward (DESIGN.md §4).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -28,10 +28,21 @@ impl Default for CudaPerfWeights {
 }
 
 impl CudaPerfWeights {
-    /// The smallest value a correct program can get: `1 − speed − structure − rank`.
+    /// The smallest value a correct program can get: `1 − speed_loss − |structure| − |rank|`,
+    /// where the speed term `clip(log2(speedup), −1, 3)` can cost `speed` (at −1) for a
+    /// positive weight and `3·|speed|` (at 3) for a negative one.
     /// Must stay above 0, the most an incorrect program can get.
     pub fn correct_floor(&self) -> f64 {
-        1.0 - self.speed.abs() - self.structure.abs() - self.rank.abs()
+        1.0 - self.speed_loss() - self.structure.abs() - self.rank.abs()
+    }
+
+    /// The most the speed term can subtract from a correct program.
+    fn speed_loss(&self) -> f64 {
+        if self.speed >= 0.0 {
+            self.speed
+        } else {
+            3.0 * -self.speed
+        }
     }
 }
 
@@ -42,12 +53,11 @@ impl CudaPerfWeights {
 ///                 + w_struct · structural_score
 ///                 + w_rank · (2σ(s_cand − s_ref) − 1) )
 /// ```
-/// Structure and ranker terms are added through the crate's `StructuralReward` and
-/// `RankerReward` when given (see [`cudaperf_with`]); this form has the outcome and speed
-/// terms, which need no model. Weights whose sum reaches 1 would let a correct program
+/// This form has the outcome, speed and structure terms; the ranker term needs a trained
+/// model and is added by [`cudaperf_with`] when one is given. Weights whose sum reaches 1 would let a correct program
 /// score at or below an incorrect one; they are scaled down so that cannot happen.
 pub fn cudaperf() -> Weighted {
-    cudaperf_with(CudaPerfWeights::default(), None, None)
+    cudaperf_with(CudaPerfWeights::default(), Some(Box::new(StructuralReward)), None)
 }
 
 /// The unified reward with explicit weights and optional structure and ranker terms.
@@ -57,7 +67,7 @@ pub fn cudaperf_with(
     ranker: Option<Box<dyn Reward>>,
 ) -> Weighted {
     let mut w = weights;
-    let extra = w.speed.abs() + if structure.is_some() { w.structure.abs() } else { 0.0 } + if ranker.is_some() { w.rank.abs() } else { 0.0 };
+    let extra = w.speed_loss() + if structure.is_some() { w.structure.abs() } else { 0.0 } + if ranker.is_some() { w.rank.abs() } else { 0.0 };
     if extra >= 0.95 {
         let k = 0.95 / extra;
         w.speed *= k;

@@ -45,8 +45,10 @@ pub struct ExtractStage {
 pub struct StructureStage {
     /// Hand-weighted structural score in [-1, 1].
     pub score: f64,
-    /// The score's terms (name, weight, contribution).
+    /// The score's terms (name, weight, contribution as `value`).
     pub terms: Vec<Term>,
+    /// Static occupancy per launch on the spec device (largest config).
+    pub occupancy: Vec<super::structure::LaunchOccupancy>,
     /// The features, as produced by the analysis (see `analysis::Features`).
     pub features: serde_json::Value,
 }

@@ -48,7 +48,10 @@ pub fn nvrtc_available() -> bool {
 macro_rules! require_nvrtc {
     () => {
         if !$crate::common::nvrtc_available() {
-            eprintln!("SKIPPED: NVRTC not found ({:?})", cudaperf::compile::nvrtc::load().err());
+            eprintln!(
+                "SKIPPED: NVRTC not found ({:?})",
+                cudaperf::compile::nvrtc::load().err()
+            );
             return;
         }
     };
@@ -100,13 +103,30 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> (Output, Duration) {
     let elapsed = start.elapsed();
     let stdout = t_out.join().unwrap_or_default();
     let stderr = t_err.join().unwrap_or_default();
-    (Output { status, stdout, stderr }, elapsed)
+    (
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        elapsed,
+    )
 }
 
 /// Runs `cudaperf score --json` on one file with a task; returns the parsed report.
-pub fn score_json(task: &Path, file: &Path, extra: &[&str], limit: Duration) -> (serde_json::Value, Output) {
+pub fn score_json(
+    task: &Path,
+    file: &Path,
+    extra: &[&str],
+    limit: Duration,
+) -> (serde_json::Value, Output) {
     let mut cmd = cli();
-    cmd.arg("score").arg("--task").arg(task).arg(file).arg("--json").args(extra);
+    cmd.arg("score")
+        .arg("--task")
+        .arg(task)
+        .arg(file)
+        .arg("--json")
+        .args(extra);
     let (out, _) = run_limited(&mut cmd, limit);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
@@ -161,7 +181,10 @@ pub fn write_task(toml: &str, omit: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let dir = tmp.path().join("t");
     std::fs::create_dir(&dir).expect("mkdir");
     std::fs::write(dir.join("task.toml"), toml).expect("write toml");
-    for (name, text) in [("original.c", "void f(void) {}\n"), ("reference.cu", BASE_REFERENCE)] {
+    for (name, text) in [
+        ("original.c", "void f(void) {}\n"),
+        ("reference.cu", BASE_REFERENCE),
+    ] {
         if !omit.contains(&name) {
             std::fs::write(dir.join(name), text).expect("write file");
         }

@@ -1,0 +1,543 @@
+//! Rewards: combinators (with property tests over weights and values), presets, the
+//! "incorrect never beats correct" guarantee, and the score CLI.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cudaperf::compile::{CompileStage, CompiledModule, Resources};
+use cudaperf::exec::{CorrectnessStage, ExecStatus, ExecuteStage, TimingStage};
+use cudaperf::reward::presets::{self, CudaPerfWeights, DhrclSchedule};
+use cudaperf::reward::{
+    Clip, Context, EvalOptions, Evaluation, Evaluator, ExtractStage, Gate, Map, Result, Reward,
+    Stage, Staged, Submission, Weighted,
+};
+use cudaperf::syntax::SyntaxStage;
+use cudaperf::task::Task;
+use proptest::prelude::*;
+
+/// A reward with a fixed value that needs only the extract stage.
+struct Fixed(f64, &'static str);
+
+impl Reward for Fixed {
+    fn name(&self) -> String {
+        self.1.into()
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Extract
+    }
+    fn value(&self, _: &Context, _: &Evaluation) -> Result<f64> {
+        Ok(self.0)
+    }
+}
+
+struct Env {
+    task: Task,
+    evaluator: Evaluator,
+}
+
+fn env() -> &'static Env {
+    static ENV: std::sync::OnceLock<Env> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| Env {
+        task: common::vector_add(),
+        evaluator: Evaluator::new(EvalOptions {
+            no_gpu: true,
+            ..EvalOptions::default()
+        }),
+    })
+}
+
+fn ctx(step: u64) -> Context<'static> {
+    let e = env();
+    Context::new(&e.task, &e.evaluator).at_step(step)
+}
+
+/// Scores through the public `score` path (evaluation up to `needs`, here Extract only).
+fn score(r: &dyn Reward, step: u64) -> f64 {
+    let sub = Submission::from_completion("no code here");
+    r.score(&ctx(step), &sub)
+        .expect("fixed rewards always score")
+        .value
+}
+
+// ---------------------------------------------------------------- combinators
+
+#[test]
+fn weighted_reports_its_terms() {
+    let r = Weighted::new()
+        .named("sum")
+        .add(0.5, Fixed(2.0, "a"))
+        .add(-1.0, Fixed(3.0, "b"));
+    let s = r.score(&ctx(0), &Submission::from_completion("x")).unwrap();
+    assert_eq!(s.value, -2.0);
+    assert_eq!(s.report.reward, "sum");
+    let terms: Vec<(String, f64, f64)> = s
+        .report
+        .terms
+        .iter()
+        .map(|t| (t.name.clone(), t.weight, t.value))
+        .collect();
+    assert_eq!(terms, [("a".into(), 0.5, 2.0), ("b".into(), -1.0, 3.0)]);
+    assert_eq!(score(&Weighted::new(), 0), 0.0, "an empty sum is 0");
+}
+
+/// The curriculum's boundaries: each stage starts at its step; before the first, the first.
+#[test]
+fn staged_boundaries() {
+    let r = Staged::new()
+        .from_step(100, Fixed(2.0, "b"))
+        .from_step(10, Fixed(1.0, "a"))
+        .from_step(300, Fixed(3.0, "c"));
+    for (step, want) in [
+        (0, 1.0),
+        (9, 1.0),
+        (10, 1.0),
+        (99, 1.0),
+        (100, 2.0),
+        (299, 2.0),
+        (300, 3.0),
+        (u64::MAX, 3.0),
+    ] {
+        assert_eq!(score(&r, step), want, "step {step}");
+    }
+    assert_eq!(score(&Staged::new(), 5), 0.0, "an empty curriculum is 0");
+}
+
+/// A closed gate never evaluates `then` (which would be unavailable here).
+#[test]
+fn closed_gate_does_not_evaluate_then() {
+    let r = Gate::new(Fixed(0.0, "g"), 1.0, presets::correctness_only()).otherwise(-2.0);
+    assert_eq!(score(&r, 0), -2.0);
+}
+
+proptest! {
+    /// Weighted = Σ wᵢ·vᵢ for any weights and values.
+    #[test]
+    fn weighted_is_the_weighted_sum(parts in proptest::collection::vec((-10.0f64..10.0, -100.0f64..100.0), 0..8)) {
+        let mut r = Weighted::new();
+        for (w, v) in &parts {
+            r = r.add(*w, Fixed(*v, "p"));
+        }
+        let want: f64 = parts.iter().map(|(w, v)| w * v).sum();
+        prop_assert!((score(&r, 0) - want).abs() <= 1e-9 * (1.0 + want.abs()));
+    }
+
+    /// Gate = then if gate ≥ threshold, else otherwise.
+    #[test]
+    fn gate_selects(g in -2.0f64..2.0, t in -2.0f64..2.0, then in -5.0f64..5.0, other in -5.0f64..5.0) {
+        let r = Gate::new(Fixed(g, "g"), t, Fixed(then, "t")).otherwise(other);
+        prop_assert_eq!(score(&r, 0), if g >= t { then } else { other });
+    }
+
+    /// Staged picks the stage with the latest start ≤ step (the first before any start).
+    #[test]
+    fn staged_picks_latest_start(starts in proptest::collection::btree_set(0u64..1000, 1..6), step in 0u64..1200) {
+        let starts: Vec<u64> = starts.into_iter().collect();
+        let mut r = Staged::new();
+        // Added in reverse to check that order of addition does not matter.
+        for s in starts.iter().rev() {
+            r = r.from_step(*s, Fixed(*s as f64, "s"));
+        }
+        let want = starts.iter().rev().find(|s| **s <= step).unwrap_or(&starts[0]);
+        prop_assert_eq!(score(&r, step), *want as f64);
+    }
+
+    /// Clip clamps to [min(lo, hi), max(lo, hi)].
+    #[test]
+    fn clip_clamps(v in -100.0f64..100.0, lo in -10.0f64..10.0, hi in -10.0f64..10.0) {
+        let got = score(&Clip::new(Fixed(v, "v"), lo, hi), 0);
+        prop_assert_eq!(got, v.clamp(lo.min(hi), lo.max(hi)));
+    }
+
+    /// Map applies its function.
+    #[test]
+    fn map_applies(v in -100.0f64..100.0, a in -3.0f64..3.0, b in -3.0f64..3.0) {
+        let r = Map::new("affine", Fixed(v, "v"), move |x| a * x + b);
+        prop_assert_eq!(score(&r, 0), a * v + b);
+    }
+
+    /// Nested combinators compose like the functions they are.
+    #[test]
+    fn combinators_compose(v1 in -5.0f64..5.0, v2 in -5.0f64..5.0, w in -2.0f64..2.0) {
+        let inner = Weighted::new().add(w, Fixed(v1, "a")).add(1.0, Map::new("sq", Fixed(v2, "b"), |x| x * x));
+        let r = Clip::new(Gate::new(Fixed(v1, "g"), 0.0, inner).otherwise(-1.0), -3.0, 3.0);
+        let want = if v1 >= 0.0 { (w * v1 + v2 * v2).clamp(-3.0, 3.0) } else { -1.0 };
+        prop_assert!((score(&r, 0) - want).abs() < 1e-12);
+    }
+}
+
+// ---------------------------------------------------------------- hand-built evaluations
+
+/// Where a hand-built candidate got to.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    NotExtracted { syntax_errors: u32 },
+    CompileError { syntax_errors: u32 },
+    Rejected,
+    CompileTimeout,
+    RuntimeFault,
+    ExecTimeout,
+    Incorrect { pass_rate: f64 },
+    Correct { speedup: f64, implausible: bool },
+}
+
+fn syntax(errors: u32) -> SyntaxStage {
+    SyntaxStage {
+        ok: errors == 0,
+        error_nodes: errors,
+        missing_nodes: 0,
+        first_error_line: (errors > 0).then_some(1),
+    }
+}
+
+fn compile_stage(status: &str) -> CompileStage {
+    CompileStage {
+        ok: status == "compiled",
+        status: status.into(),
+        log: String::new(),
+        kernels: vec![Resources {
+            name: "vector_add".into(),
+            registers: 12,
+            ..Resources::default()
+        }],
+        cached: false,
+        millis: 30.0,
+        arch: "sm_90".into(),
+        sandboxed: true,
+        reason: None,
+    }
+}
+
+fn execute(status: ExecStatus) -> ExecuteStage {
+    ExecuteStage {
+        status,
+        device: None,
+        millis: 1.0,
+        gpu_millis: 0.5,
+    }
+}
+
+fn timing(speedup: f64, implausible: bool) -> TimingStage {
+    TimingStage {
+        config: "large_odd".into(),
+        reference_us: 100.0,
+        candidate_us: 100.0 / speedup,
+        speedup,
+        raw_speedup: speedup,
+        ci95: [speedup * 0.99, speedup * 1.01],
+        noise_floor: 0.01,
+        within_noise: false,
+        implausible,
+        floor_us: 1.0,
+        achieved_gbps: 1000.0,
+        repetitions: 20,
+        occupancy: Vec::new(),
+    }
+}
+
+/// Builds the evaluation a candidate with this outcome would have.
+fn evaluation(o: Outcome) -> Evaluation {
+    let mut e = Evaluation::default();
+    let extracted = !matches!(o, Outcome::NotExtracted { .. });
+    e.stages.extract = ExtractStage {
+        ok: extracted,
+        error_kind: (!extracted).then(|| "no_launch_plan".into()),
+        error: None,
+        kernels: if extracted {
+            vec!["vector_add".into()]
+        } else {
+            Vec::new()
+        },
+        launches: usize::from(extracted),
+    };
+    let syntax_errors = match o {
+        Outcome::NotExtracted { syntax_errors } | Outcome::CompileError { syntax_errors } => {
+            syntax_errors
+        }
+        _ => 0,
+    };
+    e.stages.syntax = Some(syntax(syntax_errors));
+    if !extracted {
+        return e;
+    }
+    let compiled = !matches!(
+        o,
+        Outcome::CompileError { .. } | Outcome::Rejected | Outcome::CompileTimeout
+    );
+    e.stages.compile = Some(compile_stage(match o {
+        Outcome::CompileError { .. } => "error",
+        Outcome::Rejected => "rejected",
+        Outcome::CompileTimeout => "timeout",
+        _ => "compiled",
+    }));
+    if !compiled {
+        return e;
+    }
+    e.module = Some(CompiledModule {
+        cubin: Arc::new(vec![0x7f, b'E', b'L', b'F']),
+        kernels: Vec::new(),
+        lowered: Vec::new(),
+        log: String::new(),
+    });
+    let correctness = |passed: bool, pass_rate: f64| CorrectnessStage {
+        passed,
+        pass_rate,
+        configs: Vec::new(),
+        seed: 1,
+    };
+    match o {
+        Outcome::RuntimeFault => {
+            e.stages.execute = Some(execute(ExecStatus::CudaError {
+                code: 700,
+                name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+                during: "launch vector_add".into(),
+            }))
+        }
+        Outcome::ExecTimeout => {
+            e.stages.execute = Some(execute(ExecStatus::Timeout { limit_ms: 1000 }))
+        }
+        Outcome::Incorrect { pass_rate } => {
+            e.stages.execute = Some(execute(ExecStatus::Ok));
+            e.stages.correctness = Some(correctness(false, pass_rate));
+        }
+        Outcome::Correct {
+            speedup,
+            implausible,
+        } => {
+            e.stages.execute = Some(execute(ExecStatus::Ok));
+            e.stages.correctness = Some(correctness(true, 1.0));
+            e.stages.timing = Some(timing(speedup, implausible));
+        }
+        _ => unreachable!(),
+    }
+    e
+}
+
+fn value(r: &dyn Reward, step: u64, o: Outcome) -> f64 {
+    r.value(&ctx(step), &evaluation(o))
+        .unwrap_or_else(|e| panic!("{} on {o:?}: {e}", r.name()))
+}
+
+/// The unified reward's ladder (DESIGN.md §4) at its documented points.
+#[test]
+fn cudaperf_ladder_values() {
+    let r = presets::cudaperf();
+    let cases = [
+        (Outcome::NotExtracted { syntax_errors: 0 }, -1.0 + 0.1),
+        (Outcome::NotExtracted { syntax_errors: 4 }, -1.0 + 0.1 / 5.0),
+        (Outcome::CompileError { syntax_errors: 0 }, -0.75),
+        (Outcome::CompileError { syntax_errors: 1 }, -1.0 + 0.1 / 2.0),
+        (Outcome::Rejected, -0.75),
+        (Outcome::CompileTimeout, -0.75),
+        (Outcome::RuntimeFault, -0.5),
+        (Outcome::ExecTimeout, -0.5),
+        (Outcome::Incorrect { pass_rate: 0.0 }, -0.25),
+        (Outcome::Incorrect { pass_rate: 0.5 }, -0.125),
+        (
+            Outcome::Correct {
+                speedup: 1.0,
+                implausible: false,
+            },
+            1.0,
+        ),
+        (
+            Outcome::Correct {
+                speedup: 2.0,
+                implausible: false,
+            },
+            1.3,
+        ),
+        (
+            Outcome::Correct {
+                speedup: 0.25,
+                implausible: false,
+            },
+            0.7,
+        ),
+        (
+            Outcome::Correct {
+                speedup: 1000.0,
+                implausible: false,
+            },
+            1.9,
+        ),
+        (
+            Outcome::Correct {
+                speedup: 1000.0,
+                implausible: true,
+            },
+            1.0,
+        ),
+    ];
+    for (o, want) in cases {
+        let got = value(&r, 0, o);
+        assert!((got - want).abs() < 1e-12, "{o:?}: got {got}, want {want}");
+    }
+}
+
+/// The other presets at a few points.
+#[test]
+fn preset_values() {
+    let correct2 = Outcome::Correct {
+        speedup: 2.0,
+        implausible: false,
+    };
+    let incorrect = Outcome::Incorrect { pass_rate: 0.5 };
+    assert_eq!(value(&presets::correctness_only(), 0, correct2), 1.0);
+    assert_eq!(value(&presets::correctness_only(), 0, incorrect), 0.0);
+    assert!((value(&presets::kevin(), 0, correct2) - 2.3).abs() < 1e-12);
+    assert_eq!(value(&presets::kevin(), 0, incorrect), 0.0);
+    assert_eq!(value(&presets::kernelbench_fast_p(1.5), 0, correct2), 1.0);
+    assert_eq!(value(&presets::kernelbench_fast_p(2.5), 0, correct2), 0.0);
+    let dhrcl = presets::staged_dhrcl(DhrclSchedule::default());
+    assert_eq!(
+        value(&dhrcl, 0, incorrect),
+        1.0,
+        "step 0: syntax + compile only"
+    );
+    assert!((value(&dhrcl, 100, incorrect) - (0.2 + 0.8 * 0.5)).abs() < 1e-12);
+    assert!((value(&dhrcl, 300, correct2) - 1.3).abs() < 1e-12);
+}
+
+/// Presets compose with combinators like any reward.
+#[test]
+fn presets_compose() {
+    let correct = Outcome::Correct {
+        speedup: 4.0,
+        implausible: false,
+    };
+    let r = Weighted::new()
+        .add(0.5, presets::cudaperf())
+        .add(0.25, Clip::new(presets::kevin(), 0.0, 2.0))
+        .add(
+            1.0,
+            Map::new("neg_fast", presets::kernelbench_fast_p(3.0), |v| -v),
+        );
+    let want = 0.5 * (1.0 + 0.3 * 2.0) + 0.25 * 2.0 - 1.0;
+    assert!((value(&r, 0, correct) - want).abs() < 1e-12);
+    let gated = Gate::new(presets::correctness_only(), 1.0, presets::kevin());
+    assert_eq!(value(&gated, 0, Outcome::Incorrect { pass_rate: 0.9 }), 0.0);
+}
+
+fn incorrect_outcomes() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        (0u32..50).prop_map(|syntax_errors| Outcome::NotExtracted { syntax_errors }),
+        (0u32..50).prop_map(|syntax_errors| Outcome::CompileError { syntax_errors }),
+        Just(Outcome::Rejected),
+        Just(Outcome::CompileTimeout),
+        Just(Outcome::RuntimeFault),
+        Just(Outcome::ExecTimeout),
+        (0.0f64..1.0).prop_map(|pass_rate| Outcome::Incorrect { pass_rate }),
+        Just(Outcome::Incorrect {
+            pass_rate: 0.9999999
+        }),
+    ]
+}
+
+fn correct_outcomes() -> impl Strategy<Value = Outcome> {
+    (prop_oneof![1e-6f64..1.0, 1.0f64..1e6], any::<bool>()).prop_map(|(speedup, implausible)| {
+        Outcome::Correct {
+            speedup,
+            implausible,
+        }
+    })
+}
+
+fn preset_list(step_p: f64) -> Vec<(String, Box<dyn Reward>)> {
+    vec![
+        ("cudaperf".into(), Box::new(presets::cudaperf())),
+        ("correctness".into(), Box::new(presets::correctness_only())),
+        ("kevin".into(), Box::new(presets::kevin())),
+        (
+            "fast_p".into(),
+            Box::new(presets::kernelbench_fast_p(step_p)),
+        ),
+        (
+            "dhrcl".into(),
+            Box::new(presets::staged_dhrcl(DhrclSchedule::default())),
+        ),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// No preset, at any curriculum step, ranks an incorrect program above a correct one;
+    /// the unified reward ranks it strictly below.
+    #[test]
+    fn presets_never_prefer_incorrect(bad in incorrect_outcomes(), good in correct_outcomes(), p in 0.0f64..5.0, step in 0u64..1000) {
+        for (name, r) in preset_list(p) {
+            let (b, g) = (value(&r, step, bad), value(&r, step, good));
+            prop_assert!(b.is_finite() && g.is_finite(), "{}: {} {}", name, b, g);
+            prop_assert!(b <= g, "{}: incorrect {:?} = {} > correct {:?} = {}", name, bad, b, good, g);
+            if name == "cudaperf" {
+                prop_assert!(b < g, "{}: {} !< {}", name, b, g);
+            }
+        }
+    }
+
+    /// The same for the unified reward with arbitrary weights (scaled by the preset), with
+    /// structure and ranker terms whose raw values are arbitrary.
+    #[test]
+    fn cudaperf_with_any_weights_never_prefers_incorrect(
+        speed in -5.0f64..5.0, structure in -5.0f64..5.0, rank in -5.0f64..5.0, syntax_credit in -1.0f64..1.0,
+        s_val in -100.0f64..100.0, r_val in -100.0f64..100.0,
+        bad in incorrect_outcomes(), good in correct_outcomes(),
+    ) {
+        let w = CudaPerfWeights { speed, structure, rank, syntax_credit };
+        let r = presets::cudaperf_with(w, Some(Box::new(Fixed(s_val, "structure"))), Some(Box::new(Fixed(r_val, "ranker"))));
+        let (b, g) = (value(&r, 0, bad), value(&r, 0, good));
+        prop_assert!(b < g, "weights {:?}: incorrect {:?} = {} >= correct {:?} = {}", w, bad, b, good, g);
+        prop_assert!(b < 0.0 && g > 0.0, "{} {}", b, g);
+    }
+}
+
+// ---------------------------------------------------------------- CLI
+
+/// `cudaperf score --json` on the vector_add reference: compile ok with registers.
+#[test]
+fn cli_score_json() {
+    require_nvrtc!();
+    let (v, out) = common::score_json(
+        &common::fixture("tasks/vector_add/task.toml"),
+        &common::fixture("tasks/vector_add/reference.cu"),
+        &[],
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(v["stages"]["compile"]["ok"], true, "{v}");
+    assert!(
+        v["stages"]["compile"]["kernels"][0]["registers"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{v}"
+    );
+    assert_eq!(v["stages"]["extract"]["kernels"][0], "vector_add");
+}
+
+/// Unknown presets are an error message and exit code 2, not a panic.
+#[test]
+fn cli_unknown_preset() {
+    let mut cmd = common::cli();
+    cmd.args([
+        "score",
+        "--task",
+        "fixtures/tasks/vector_add",
+        "fixtures/tasks/vector_add/reference.cu",
+        "--reward",
+        "best",
+    ]);
+    let (out, _) = common::run_limited(&mut cmd, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unknown reward `best`") && !err.contains("panicked"),
+        "{err}"
+    );
+}
