@@ -31,6 +31,7 @@ pub mod dataset;
 pub mod exec;
 pub mod expr;
 mod prompt;
+pub mod ranker;
 pub mod reward;
 pub mod sandbox;
 pub mod syntax;

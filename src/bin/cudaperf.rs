@@ -92,6 +92,52 @@ enum Command {
         #[command(subcommand)]
         command: DatasetCommand,
     },
+    /// Train the pairwise ranker on the dataset's timed pairs (and cross-validate it).
+    TrainRanker {
+        /// Folder of task folders.
+        #[arg(long, default_value = "fixtures/tasks")]
+        tasks: PathBuf,
+        /// Timings from `cudaperf measure`.
+        #[arg(long, default_value = "fixtures/timings/h200.json")]
+        timings: PathBuf,
+        /// Output model folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// PNG plot of the training curve (default: <out>/training.png).
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        /// Leave-tasks-out folds for the cross-validation report (0: skip it).
+        #[arg(long, default_value_t = 5)]
+        cv: usize,
+        /// Hashed syntax n-gram buckets added to the structural features (0: none).
+        #[arg(long, default_value_t = 0)]
+        ngrams: usize,
+        /// Training epochs (maximum; early stopping may end sooner).
+        #[arg(long, default_value_t = 300)]
+        epochs: usize,
+        /// Random seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Also write the cross-validation report as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
+    /// Predict which of two candidates is faster, with the probability.
+    Rank {
+        /// The task folder.
+        #[arg(long)]
+        task: PathBuf,
+        /// First candidate.
+        a: PathBuf,
+        /// Second candidate.
+        b: PathBuf,
+        /// Ranker model folder.
+        #[arg(long, default_value = "fixtures/models/ranker")]
+        model: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Time every implementation of every task on the GPU against its reference.
     Measure {
         /// Folder of task folders.
@@ -338,6 +384,124 @@ fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
+fn train_ranker(
+    tasks: PathBuf,
+    timings: PathBuf,
+    out: PathBuf,
+    plot: Option<PathBuf>,
+    cv: usize,
+    ngrams: usize,
+    epochs: usize,
+    seed: u64,
+    report: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    use cudaperf::ranker::{self, RankerConfig};
+    let ds = cudaperf::dataset::Dataset::load(&tasks).map_err(|e| e.to_string())?;
+    let t = cudaperf::timings::Timings::load(&timings).map_err(|e| e.to_string())?;
+    let data = ranker::ranking_data(&ds, &t, ngrams).map_err(|e| e.to_string())?;
+    eprintln!(
+        "{} samples, {} pairs, {} features, {} tasks (timings: {} on {}, {})",
+        data.samples.len(),
+        data.pairs.len(),
+        data.feature_names.len(),
+        data.tasks().len(),
+        timings.display(),
+        t.device,
+        t.date
+    );
+    let config = RankerConfig::new().with_epochs(epochs).with_seed(seed);
+    let bar = indicatif::ProgressBar::new(epochs as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] epoch {pos}/{len} {msg}").map_err(|e| e.to_string())?);
+    let (model, history) = ranker::train(&data, &config, |s| {
+        bar.set_position(s.epoch as u64);
+        let line = format!(
+            "epoch {:>3}: train loss {:.4} acc {:.3} | val loss {} acc {}{}",
+            s.epoch,
+            s.train_loss,
+            s.train_accuracy,
+            s.val_loss.map_or("-".into(), |v| format!("{v:.4}")),
+            s.val_accuracy.map_or("-".into(), |v| format!("{v:.3}")),
+            if s.is_best { " *" } else { "" }
+        );
+        bar.set_message(line.clone());
+        bar.suspend(|| eprintln!("{line}"));
+    })
+    .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+    model.save(&out).map_err(|e| e.to_string())?;
+    let png = plot.unwrap_or_else(|| out.join("training.png"));
+    ranker::plot_history(&history, &png).map_err(|e| e.to_string())?;
+    eprintln!(
+        "trained in {:.1} s ({} epochs, best {}); model in {}, curve in {}",
+        history.seconds,
+        history.epochs.len(),
+        history.best_epoch,
+        out.display(),
+        png.display()
+    );
+    if cv >= 2 {
+        let learned = ranker::cross_validate(&data, cv, &config).map_err(|e| e.to_string())?;
+        let by_name: std::collections::HashMap<(String, String), f64> = ds
+            .implementations()
+            .map(|(task, imp)| {
+                let f = cudaperf::analysis::analyze(imp.source.as_bytes());
+                ((task.id.clone(), imp.name.clone()), cudaperf::analysis::structural_score(&f, None, None).value)
+            })
+            .collect();
+        let hand = ranker::cross_validate_scorer(&data, cv, &config, "hand-weighted structural score", |s| {
+            by_name.get(&(s.task.clone(), s.name.clone())).copied().unwrap_or(0.0)
+        })
+        .map_err(|e| e.to_string())?;
+        let pct = |a: &ranker::PairAccuracy| a.accuracy.map_or("-".to_string(), |x| format!("{:.1} % ({} pairs)", 100.0 * x, a.pairs));
+        println!("leave-tasks-out {cv}-fold pairwise accuracy (chance 50 %):");
+        println!("| scorer | all pairs | c2cuda | torch2cuda | >= 2x apart | < 2x apart |");
+        println!("|---|---|---|---|---|---|");
+        for r in [&learned, &hand] {
+            let k = |name: &str| r.accuracy.by_kind.get(name).map_or("-".to_string(), pct);
+            println!(
+                "| {} | {} | {} | {} | {} | {} |",
+                r.scorer,
+                pct(&r.accuracy.overall),
+                k("c2cuda"),
+                k("torch2cuda"),
+                pct(&r.accuracy.ratio_at_least_2x),
+                pct(&r.accuracy.ratio_below_2x)
+            );
+        }
+        if let Some(p) = report {
+            write_json(&p, &serde_json::json!({"learned": learned, "hand_weighted": hand}))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rank(task: PathBuf, a: PathBuf, b: PathBuf, model: PathBuf, json: bool) -> Result<ExitCode, String> {
+    use cudaperf::ranker::{features_for, TrainedRanker};
+    let task = Task::load(&task).map_err(|e| e.to_string())?;
+    let ranker = TrainedRanker::load_unchecked(&model).map_err(|e| e.to_string())?;
+    let score = |p: &PathBuf| -> Result<f32, String> {
+        let sub = read_submission(p)?;
+        let code = sub.code().ok_or_else(|| format!("{}: no code block found", p.display()))?;
+        let f = features_for(code, ranker.feature_names()).map_err(|e| e.to_string())?;
+        ranker.score(&f).map_err(|e| e.to_string())
+    };
+    let (sa, sb) = (score(&a)?, score(&b)?);
+    let p_a = f64::from(cudaperf::ranker::sigmoid(sa - sb));
+    let (winner, p) = if p_a >= 0.5 { (&a, p_a) } else { (&b, 1.0 - p_a) };
+    if json {
+        let v = serde_json::json!({
+            "task": task.id, "a": a.display().to_string(), "b": b.display().to_string(),
+            "score_a": sa, "score_b": sb, "prob_a_faster": p_a,
+            "predicted_faster": winner.display().to_string(), "probability": p,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+    } else {
+        println!("{} is predicted faster (p = {:.3}; scores {:.3} vs {:.3})", winner.display(), p, sa, sb);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Today's UTC date as YYYY-MM-DD (civil-from-days, no date crate needed).
 fn today() -> String {
     let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86400).unwrap_or(0) as i64;
@@ -500,6 +664,18 @@ fn main() -> ExitCode {
             json,
             compile,
         } => score(task, files, reward, step, json, compile),
+        Command::TrainRanker {
+            tasks,
+            timings,
+            out,
+            plot,
+            cv,
+            ngrams,
+            epochs,
+            seed,
+            report,
+        } => train_ranker(tasks, timings, out, plot, cv, ngrams, epochs, seed, report),
+        Command::Rank { task, a, b, model, json } => rank(task, a, b, model, json),
         Command::Features { file, task, json, compile } => features(file, task, json, compile),
         Command::Dataset { command } => dataset(command),
         Command::Measure {

@@ -1,6 +1,16 @@
 //! What the GPU stages report: `stages.execute`, `stages.correctness`, `stages.timing`.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// JSON has no NaN: serde_json writes it as `null`; read `null` back as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+fn nan_pair_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<[f64; 2], D::Error> {
+    let v = <[Option<f64>; 2]>::deserialize(d)?;
+    Ok([v[0].unwrap_or(f64::NAN), v[1].unwrap_or(f64::NAN)])
+}
 
 /// How the run ended, before correctness is judged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,8 +90,10 @@ pub struct Mismatch {
     /// Element index.
     pub index: u64,
     /// Candidate's value.
+    #[serde(deserialize_with = "nan_if_null")]
     pub got: f64,
     /// Reference value.
+    #[serde(deserialize_with = "nan_if_null")]
     pub want: f64,
 }
 
@@ -93,8 +105,10 @@ pub struct ConfigCheck {
     /// Whether every check passed on this config.
     pub passed: bool,
     /// Largest |got - want| over all output elements (NaN if any element mismatched on NaN).
+    #[serde(deserialize_with = "nan_if_null")]
     pub max_abs_err: f64,
     /// Largest |got - want| / |want| over elements with want != 0.
+    #[serde(deserialize_with = "nan_if_null")]
     pub max_rel_err: f64,
     /// Elements outside tolerance (all outputs, first run).
     pub mismatches: u64,
@@ -122,6 +136,7 @@ pub struct CorrectnessStage {
     /// Every config passed.
     pub passed: bool,
     /// Passed configs / configs run.
+    #[serde(deserialize_with = "nan_if_null")]
     pub pass_rate: f64,
     /// Per-config results.
     pub configs: Vec<ConfigCheck>,
@@ -139,6 +154,7 @@ pub struct KernelOccupancy {
     /// Active blocks per multiprocessor (cuOccupancyMaxActiveBlocksPerMultiprocessor).
     pub blocks_per_sm: i32,
     /// Active warps / maximum warps per multiprocessor.
+    #[serde(deserialize_with = "nan_if_null")]
     pub occupancy: f64,
 }
 
@@ -148,24 +164,32 @@ pub struct TimingStage {
     /// Config that was timed (the largest by buffer bytes).
     pub config: String,
     /// Median time of the reference plan, microseconds.
+    #[serde(deserialize_with = "nan_if_null")]
     pub reference_us: f64,
     /// Median time of the candidate plan, microseconds.
+    #[serde(deserialize_with = "nan_if_null")]
     pub candidate_us: f64,
     /// Reported speedup: median(ref)/median(cand), 1.0 when within noise, 0 when implausible.
+    #[serde(deserialize_with = "nan_if_null")]
     pub speedup: f64,
     /// The measured ratio before the noise and plausibility rules.
+    #[serde(deserialize_with = "nan_if_null")]
     pub raw_speedup: f64,
     /// Bootstrap 95 % interval of the ratio.
+    #[serde(deserialize_with = "nan_pair_if_null")]
     pub ci95: [f64; 2],
     /// Half-width of the reference-vs-reference ratio interval (relative): the noise floor.
+    #[serde(deserialize_with = "nan_if_null")]
     pub noise_floor: f64,
     /// The speedup was inside the noise floor and is reported as 1.0.
     pub within_noise: bool,
     /// Faster than the physical floor: no speedup is awarded.
     pub implausible: bool,
     /// Bytes the ABI must move / device bandwidth, microseconds.
+    #[serde(deserialize_with = "nan_if_null")]
     pub floor_us: f64,
     /// ABI bytes / candidate time, GB/s.
+    #[serde(deserialize_with = "nan_if_null")]
     pub achieved_gbps: f64,
     /// Timed repetitions per side.
     pub repetitions: u32,
@@ -189,6 +213,7 @@ pub struct DeviceInfo {
     /// Global memory in bytes.
     pub memory_bytes: u64,
     /// Bandwidth used for the physical floor, GB/s.
+    #[serde(deserialize_with = "nan_if_null")]
     pub bandwidth_gbps: f64,
 }
 
@@ -204,8 +229,10 @@ pub struct ExecResult {
     /// The device.
     pub device: Option<DeviceInfo>,
     /// Wall time inside the worker, milliseconds.
+    #[serde(deserialize_with = "nan_if_null")]
     pub millis: f64,
     /// GPU time of the timed and checked launches (both sides), milliseconds.
+    #[serde(deserialize_with = "nan_if_null")]
     pub gpu_millis: f64,
 }
 
@@ -232,7 +259,9 @@ pub struct ExecuteStage {
     /// The device, when one was used.
     pub device: Option<DeviceInfo>,
     /// Wall time of the stage (parent side, including the worker round trip), ms.
+    #[serde(deserialize_with = "nan_if_null")]
     pub millis: f64,
     /// GPU time of the protocol's launches, ms.
+    #[serde(deserialize_with = "nan_if_null")]
     pub gpu_millis: f64,
 }

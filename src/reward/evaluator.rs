@@ -72,7 +72,7 @@ impl From<Candidate> for Submission {
 }
 
 /// Settings of the pipeline.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EvalOptions {
     /// Compile stage settings.
     pub compile: CompileOptions,
@@ -84,6 +84,24 @@ pub struct EvalOptions {
     pub no_gpu: bool,
     /// Device for static occupancy (a name in `analysis::DEVICES`; default H200).
     pub occupancy_device: Option<String>,
+    /// Ranker model folder for the ranker stage (default: none; see
+    /// [`crate::reward::RankerReward::shipped_model_dir`]).
+    pub ranker_model: Option<std::path::PathBuf>,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        let shipped = super::RankerReward::shipped_model_dir();
+        EvalOptions {
+            compile: CompileOptions::default(),
+            plan_limits: PlanLimits::default(),
+            exec: ExecOptions::default(),
+            no_gpu: false,
+            occupancy_device: None,
+            // The shipped model, when the crate's fixtures are present.
+            ranker_model: shipped.join(crate::ranker::METADATA_FILE).is_file().then_some(shipped),
+        }
+    }
 }
 
 /// The stages a submission has been through so far.
@@ -115,6 +133,8 @@ pub struct Evaluator {
     compiler: Compiler,
     memo: Mutex<HashMap<String, Arc<Mutex<Evaluation>>>>,
     executor: std::sync::OnceLock<Result<Executor, String>>,
+    ranker: std::sync::OnceLock<Result<Arc<crate::ranker::TrainedRanker>, String>>,
+    reference_scores: Mutex<HashMap<String, f32>>,
     references: Mutex<HashMap<String, Arc<Result<(Candidate, CompiledModule), String>>>>,
 }
 
@@ -143,6 +163,8 @@ impl Evaluator {
             options,
             memo: Mutex::new(HashMap::new()),
             executor: std::sync::OnceLock::new(),
+            ranker: std::sync::OnceLock::new(),
+            reference_scores: Mutex::new(HashMap::new()),
             references: Mutex::new(HashMap::new()),
         }
     }
@@ -159,6 +181,48 @@ impl Evaluator {
             })
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// The ranker model, loaded on first use; `Err` says why there is none.
+    pub fn ranker(&self) -> Result<&Arc<crate::ranker::TrainedRanker>, String> {
+        self.ranker
+            .get_or_init(|| {
+                let dir = self.options.ranker_model.as_ref().ok_or("no ranker model configured (EvalOptions::ranker_model)")?;
+                crate::ranker::TrainedRanker::load_unchecked(dir).map(Arc::new).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Uses this ranker for the ranker stage (instead of `EvalOptions::ranker_model`).
+    pub fn with_ranker(self, ranker: crate::ranker::TrainedRanker) -> Evaluator {
+        let _ = self.ranker.set(Ok(Arc::new(ranker)));
+        self
+    }
+
+    fn run_ranker(&self, task: &Task, code: &str, eval: &mut Evaluation) -> Result<super::RankerStage, String> {
+        let ranker = self.ranker()?;
+        let names = ranker.feature_names();
+        let cand = crate::ranker::features_for(code, names).and_then(|f| ranker.score(&f)).map_err(|e| e.to_string())?;
+        let cached = self.reference_scores.lock().unwrap_or_else(|p| p.into_inner()).get(&task.id).copied();
+        let reference = match cached {
+            Some(r) => r,
+            None => {
+                let r = crate::ranker::features_for(&task.reference.source, names)
+                    .and_then(|f| ranker.score(&f))
+                    .map_err(|e| e.to_string())?;
+                self.reference_scores.lock().unwrap_or_else(|p| p.into_inner()).insert(task.id.clone(), r);
+                r
+            }
+        };
+        let _ = eval;
+        Ok(super::RankerStage {
+            candidate_score: f64::from(cand),
+            reference_score: f64::from(reference),
+            prob_faster: f64::from(crate::ranker::sigmoid(cand - reference)),
+            model: self.options.ranker_model.as_ref().map_or_else(|| "in-memory model".into(), |p| p.display().to_string()),
+            error: None,
+        })
     }
 
     /// The task's reference, parsed and compiled once per task.
@@ -372,7 +436,18 @@ impl Evaluator {
                     self.run_gpu(task, eval, true);
                 }
             }
-            Stage::Ranker => {}
+            Stage::Ranker => {
+                if let Some(code) = sub.code() {
+                    let stage = self.run_ranker(task, code, eval).unwrap_or_else(|e| super::RankerStage {
+                        candidate_score: f64::NAN,
+                        reference_score: f64::NAN,
+                        prob_faster: f64::NAN,
+                        model: String::new(),
+                        error: Some(e),
+                    });
+                    eval.stages.ranker = Some(stage);
+                }
+            }
         }
     }
 }

@@ -22,12 +22,15 @@ mod structure;
 pub use combinators::{Clip, Gate, Map, Staged, Weighted};
 pub use evaluator::{Context, EvalOptions, Evaluation, Evaluator, Submission, Verdict};
 pub use report::{ExtractStage, RankerStage, RewardReport, Stages, StructureStage, Term};
+mod ranker_stage;
+pub use ranker_stage::RankerReward;
 pub use structure::{features_of, static_occupancy, LaunchOccupancy, StructuralReward};
 pub use stages::{CompileReward, CorrectReward, OutcomeLadder, PassRateReward, SpeedupReward, SyntaxReward};
 
 use serde::{Deserialize, Serialize};
 
-/// Pipeline stages, cheapest first.
+/// Pipeline stages, cheapest first. The ranker needs only the structure stage, so it runs
+/// before the GPU stages and a ranker-only reward never needs a GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
@@ -39,12 +42,12 @@ pub enum Stage {
     Compile,
     /// Structural features.
     Structure,
+    /// Learned ranker.
+    Ranker,
     /// GPU run and correctness.
     Correctness,
     /// Speedup measurement.
     Timing,
-    /// Learned ranker.
-    Ranker,
 }
 
 impl Stage {
@@ -55,10 +58,10 @@ impl Stage {
             Extract => Some(Syntax),
             Syntax => Some(Compile),
             Compile => Some(Structure),
-            Structure => Some(Correctness),
+            Structure => Some(Ranker),
+            Ranker => Some(Correctness),
             Correctness => Some(Timing),
-            Timing => Some(Ranker),
-            Ranker => None,
+            Timing => None,
         }
     }
 }

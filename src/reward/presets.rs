@@ -1,7 +1,7 @@
 //! Ready-made rewards, each built only from the stage rewards and combinators.
 
 use super::stages::SpeedupScale;
-use super::{StructuralReward, Clip, CompileReward, CorrectReward, Gate, Map, OutcomeLadder, PassRateReward, Reward, SpeedupReward, Staged, SyntaxReward, Weighted};
+use super::{RankerReward, StructuralReward, Clip, CompileReward, CorrectReward, Gate, Map, OutcomeLadder, PassRateReward, Reward, SpeedupReward, Staged, SyntaxReward, Weighted};
 
 /// Weights of the unified reward (DESIGN.md §4).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,11 +53,11 @@ impl CudaPerfWeights {
 ///                 + w_struct · structural_score
 ///                 + w_rank · (2σ(s_cand − s_ref) − 1) )
 /// ```
-/// This form has the outcome, speed and structure terms; the ranker term needs a trained
-/// model and is added by [`cudaperf_with`] when one is given. Weights whose sum reaches 1 would let a correct program
+/// The ranker term reads the evaluator's ranker model (the shipped one by default, see
+/// `EvalOptions::ranker_model`); use [`cudaperf_with`] to leave it out or change weights. Weights whose sum reaches 1 would let a correct program
 /// score at or below an incorrect one; they are scaled down so that cannot happen.
 pub fn cudaperf() -> Weighted {
-    cudaperf_with(CudaPerfWeights::default(), Some(Box::new(StructuralReward)), None)
+    cudaperf_with(CudaPerfWeights::default(), Some(Box::new(StructuralReward)), Some(Box::new(RankerReward)))
 }
 
 /// The unified reward with explicit weights and optional structure and ranker terms.

@@ -62,8 +62,11 @@ pub struct RankerStage {
     pub reference_score: f64,
     /// σ(s(candidate) − s(reference)): predicted probability the candidate is faster.
     pub prob_faster: f64,
-    /// Model file the scores came from.
+    /// Model folder the scores came from.
     pub model: String,
+    /// Why the ranker could not score (no model, feature mismatch); the scores are NaN then.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
 }
 
 /// All stages; a stage that did not run is `null`.

@@ -1,0 +1,55 @@
+//! Ranker inference cost: one candidate (target ≤ 20 µs) and a GRPO-sized batch of 64, on the
+//! plain-Rust path that scoring uses and, for comparison, through burn.
+
+use burn::tensor::Device;
+use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
+use cudaperf::ranker::{synthetic, train, RankerConfig};
+
+fn bench_inference(c: &mut Criterion) {
+    // Fixture-like width (60 structural features + 64 n-gram buckets); a short training run
+    // is enough, inference cost does not depend on the weights' values.
+    let data = synthetic::decisive_feature(20, 4, 124, 1);
+    let (ranker, _) = train(&data, &RankerConfig::new().with_epochs(3), |_| {}).unwrap();
+    let one = data.samples[0].features.clone();
+    let batch: Vec<Vec<f32>> = data
+        .samples
+        .iter()
+        .cycle()
+        .take(64)
+        .map(|s| s.features.clone())
+        .collect();
+    let device = Device::default();
+
+    let mut g = c.benchmark_group("ranker_inference");
+    g.bench_function("score_1", |b| {
+        b.iter(|| ranker.score(black_box(&one)).unwrap())
+    });
+    g.bench_function("score_batch_64", |b| {
+        b.iter(|| ranker.score_batch(black_box(&batch)).unwrap())
+    });
+    g.bench_function("prob_faster", |b| {
+        b.iter(|| {
+            ranker
+                .prob_faster(black_box(&one), black_box(&batch[1]))
+                .unwrap()
+        })
+    });
+    g.bench_function("burn_score_batch_64", |b| {
+        b.iter_batched(
+            || batch.clone(),
+            |x| ranker.score_batch_on(&device, &x).unwrap(),
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("burn_score_1", |b| {
+        b.iter(|| {
+            ranker
+                .score_batch_on(&device, std::slice::from_ref(&one))
+                .unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_inference);
+criterion_main!(benches);

@@ -1,0 +1,83 @@
+//! Ranking data from the crate's dataset: structural feature vectors of every timed
+//! implementation, and the pairs `Dataset::pairs` keeps (ties within noise dropped).
+
+use std::collections::HashMap;
+
+use super::{syntax_ngram_names, syntax_ngrams, Pair, RankerError, RankingData, Result, Sample};
+use crate::analysis::{analyze, FEATURE_NAMES};
+use crate::dataset::Dataset;
+use crate::timings::Timings;
+
+/// Feature names: the structural features, then `ngram_buckets` hashed syntax n-grams.
+pub fn feature_names(ngram_buckets: usize) -> Vec<String> {
+    FEATURE_NAMES.iter().map(|s| s.to_string()).chain(syntax_ngram_names(ngram_buckets)).collect()
+}
+
+/// How many n-gram buckets a model's feature names ask for.
+pub fn ngram_buckets(names: &[String]) -> usize {
+    names.iter().filter(|n| n.starts_with("syntax_ngram_")).count()
+}
+
+/// The feature vector of a CUDA source for a model with these feature names.
+pub fn features_for(source: &str, names: &[String]) -> Result<Vec<f32>> {
+    let buckets = ngram_buckets(names);
+    let mut v = analyze(source.as_bytes()).to_vector();
+    if buckets > 0 {
+        v.extend(syntax_ngrams(source.as_bytes(), buckets)?);
+    }
+    if v.len() != names.len() {
+        return Err(RankerError::FeatureMismatch {
+            model: "the ranker model".into(),
+            detail: format!(
+                "it expects {} features but this build of the analysis computes {} (retrain the model)",
+                names.len(),
+                v.len()
+            ),
+            model_features: names.to_vec(),
+            expected_features: feature_names(0),
+        });
+    }
+    Ok(v)
+}
+
+/// Samples for every correct, timed implementation and the pairs between them.
+pub fn ranking_data(dataset: &Dataset, timings: &Timings, ngram_buckets: usize) -> Result<RankingData> {
+    let names = feature_names(ngram_buckets);
+    let pairs = dataset.pairs(timings);
+    let mut index: HashMap<(String, String), usize> = HashMap::new();
+    let mut samples = Vec::new();
+    for p in &pairs {
+        for name in [&p.faster, &p.slower] {
+            let key = (p.task.clone(), name.clone());
+            if index.contains_key(&key) {
+                continue;
+            }
+            let Some(task) = dataset.task(&p.task) else { continue };
+            let Some(imp) = task.implementation(name) else { continue };
+            index.insert(key, samples.len());
+            samples.push(Sample {
+                task: task.id.clone(),
+                kind: task.kind.as_str().to_string(),
+                name: name.clone(),
+                features: features_for(&imp.source, &names)?,
+            });
+        }
+    }
+    let pairs = pairs
+        .iter()
+        .filter_map(|p| {
+            Some(Pair {
+                fast: *index.get(&(p.task.clone(), p.faster.clone()))?,
+                slow: *index.get(&(p.task.clone(), p.slower.clone()))?,
+                log_ratio: p.log_ratio as f32,
+            })
+        })
+        .collect();
+    let data = RankingData {
+        feature_names: names,
+        samples,
+        pairs,
+    };
+    data.validate()?;
+    Ok(data)
+}

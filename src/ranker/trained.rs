@@ -1,0 +1,197 @@
+//! A trained ranker: normalisation + weights + the names of the features it expects.
+
+use burn::tensor::{Device, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use super::config::RankerConfig;
+use super::error::{RankerError, Result};
+use super::model::{read_vec, MlpWeights};
+use super::normalize::Normalizer;
+
+/// What the training run that produced a model saw; saved with the model.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TrainingSummary {
+    /// Epochs that ran (early stopping may end before `config.epochs`).
+    pub epochs_run: usize,
+    /// Epoch (1-based) whose weights were kept.
+    pub best_epoch: usize,
+    /// Validation loss of the kept weights (`None` without a validation split).
+    pub best_val_loss: Option<f32>,
+    /// Validation pairwise accuracy of the kept weights.
+    pub best_val_accuracy: Option<f64>,
+    /// Tasks whose pairs were trained on.
+    pub train_tasks: Vec<String>,
+    /// Tasks held out for early stopping.
+    pub val_tasks: Vec<String>,
+    /// Number of training pairs (ties dropped).
+    pub train_pairs: usize,
+    /// Number of validation pairs (ties dropped).
+    pub val_pairs: usize,
+}
+
+/// A trained pairwise ranker. Scores are comparable between implementations of the same
+/// task: `s(a) > s(b)` means `a` is predicted to be faster.
+///
+/// Scoring uses a plain-Rust forward pass over the extracted weights (no tensor overhead);
+/// [`score_batch_on`](Self::score_batch_on) runs the same model through burn on any device.
+/// The type is `Send + Sync` and cheap to share behind an `Arc`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainedRanker {
+    pub(crate) feature_names: Vec<String>,
+    pub(crate) normalizer: Normalizer,
+    pub(crate) weights: MlpWeights,
+    pub(crate) config: RankerConfig,
+    pub(crate) summary: TrainingSummary,
+}
+
+/// Logistic function, written to stay finite for any input.
+pub fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// The ranker's reward term in [-1, 1]: `2σ(s_cand − s_ref) − 1`, positive when the candidate
+/// is predicted faster than the reference (computed as `tanh((s_cand − s_ref) / 2)`, the same
+/// value without cancellation).
+pub fn ranker_reward_value(s_cand: f32, s_ref: f32) -> f32 {
+    ((s_cand - s_ref) / 2.0).tanh()
+}
+
+impl TrainedRanker {
+    /// Names of the features the model expects, in order.
+    pub fn feature_names(&self) -> &[String] {
+        &self.feature_names
+    }
+
+    /// The configuration it was trained with.
+    pub fn config(&self) -> &RankerConfig {
+        &self.config
+    }
+
+    /// The normalisation fitted on the training samples.
+    pub fn normalizer(&self) -> &Normalizer {
+        &self.normalizer
+    }
+
+    /// The scorer's weights.
+    pub fn weights(&self) -> &MlpWeights {
+        &self.weights
+    }
+
+    /// What the training run saw.
+    pub fn summary(&self) -> &TrainingSummary {
+        &self.summary
+    }
+
+    /// Errors with [`RankerError::FeatureMismatch`] unless `expected` equals the model's
+    /// feature names (same names, same order).
+    pub fn check_features(&self, expected: &[String]) -> Result<()> {
+        check_names("trained ranker", &self.feature_names, expected)
+    }
+
+    fn check_input(&self, index: usize, x: &[f32]) -> Result<()> {
+        let expected = self.feature_names.len();
+        if x.len() != expected {
+            return Err(RankerError::InputLength {
+                index,
+                expected,
+                found: x.len(),
+            });
+        }
+        if let Some((feature_index, &value)) = x.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(RankerError::NonFiniteInput {
+                index,
+                feature_index,
+                feature: self.feature_names[feature_index].clone(),
+                value,
+            });
+        }
+        Ok(())
+    }
+
+    /// Score of one raw (un-normalised) feature vector; higher means predicted faster.
+    pub fn score(&self, features: &[f32]) -> Result<f32> {
+        self.check_input(0, features)?;
+        Ok(self.weights.forward(&self.normalizer.apply(features)))
+    }
+
+    /// Scores of several raw feature vectors (plain-Rust forward pass).
+    pub fn score_batch(&self, batch: &[Vec<f32>]) -> Result<Vec<f32>> {
+        let mut buf = vec![0.0; self.feature_names.len()];
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        batch
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                self.check_input(i, x)?;
+                self.normalizer.apply_into(x, &mut buf);
+                Ok(self.weights.forward_with(&buf, &mut a, &mut b))
+            })
+            .collect()
+    }
+
+    /// Scores of several raw feature vectors through burn on `device` (for large batches on
+    /// an accelerator, and as the reference for the plain-Rust pass).
+    pub fn score_batch_on(&self, device: &Device, batch: &[Vec<f32>]) -> Result<Vec<f32>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let dim = self.feature_names.len();
+        let mut rows = Vec::with_capacity(batch.len() * dim);
+        for (i, x) in batch.iter().enumerate() {
+            self.check_input(i, x)?;
+            rows.extend(self.normalizer.apply(x));
+        }
+        let net = self.weights.to_module(device);
+        let x = Tensor::<2>::from_data(TensorData::new(rows, [batch.len(), dim]), device);
+        read_vec(net.forward(x))
+    }
+
+    /// Probability that `a` is faster than `b`: `σ(s(a) − s(b))`.
+    pub fn prob_faster(&self, a: &[f32], b: &[f32]) -> Result<f32> {
+        Ok(sigmoid(self.score(a)? - self.score(b)?))
+    }
+}
+
+/// Compares feature-name lists and explains the first difference.
+pub(crate) fn check_names(model: &str, have: &[String], expected: &[String]) -> Result<()> {
+    if have == expected {
+        return Ok(());
+    }
+    let detail = match have.iter().zip(expected).position(|(a, b)| a != b) {
+        Some(i) => format!(
+            "feature {i} is `{}` in the model but `{}` in the caller's list",
+            have[i], expected[i]
+        ),
+        None => format!(
+            "the model has {} features, the caller {} (the shorter list is a prefix of the other)",
+            have.len(),
+            expected.len()
+        ),
+    };
+    Err(RankerError::FeatureMismatch {
+        model: model.to_owned(),
+        detail,
+        model_features: have.to_vec(),
+        expected_features: expected.to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reward_is_bounded_antisymmetric_and_zero_at_equality() {
+        assert_eq!(ranker_reward_value(1.0, 1.0), 0.0);
+        let r = ranker_reward_value(3.0, 1.0);
+        assert!((r - (2.0 * sigmoid(2.0) - 1.0)).abs() < 1e-6);
+        assert_eq!(ranker_reward_value(1.0, 3.0), -r);
+        assert_eq!(ranker_reward_value(1e30, -1e30), 1.0);
+        assert!(sigmoid(-1e4) >= 0.0 && sigmoid(1e4) <= 1.0);
+    }
+}

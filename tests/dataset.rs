@@ -1,0 +1,165 @@
+//! The shipped dataset: every task loads, every implementation compiles with the real NVRTC,
+//! the counts meet the dataset's targets, pairs come from the committed H200 timings, and
+//! prompts/exports are well formed.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use cudaperf::candidate::Candidate;
+use cudaperf::compile::{CompileOptions, CompileOutcome, Compiler, Isolation};
+use cudaperf::dataset::Dataset;
+use cudaperf::task::TaskKind;
+use cudaperf::timings::Timings;
+
+fn dataset() -> Dataset {
+    Dataset::load(common::fixture("tasks")).expect("dataset loads")
+}
+
+fn timings() -> Timings {
+    Timings::load(common::fixture("timings/h200.json")).expect("timings load")
+}
+
+/// Guards the dataset targets: >= 40 tasks (>= 25 c2cuda, >= 15 torch2cuda), >= 120
+/// implementations, >= 120 configs, >= 3 configs and >= 3 implementations per task.
+#[test]
+fn counts_meet_the_targets() {
+    let ds = dataset();
+    let s = ds.stats(Some(&timings()));
+    println!("{s:?}");
+    assert!(s.tasks >= 40, "{s:?}");
+    assert!(s.by_kind.c2cuda >= 25 && s.by_kind.torch2cuda >= 15, "{s:?}");
+    assert!(s.implementations >= 120 && s.configs >= 120, "{s:?}");
+    assert!(s.pairs >= 100, "{s:?}");
+    for t in &ds.tasks {
+        assert!(t.configs.len() >= 3, "{}: {} configs", t.id, t.configs.len());
+        assert!(t.implementations.len() >= 2, "{}: reference + {} implementations", t.id, t.implementations.len());
+    }
+}
+
+/// Every implementation (reference included) parses, fits its task's ABI, resolves for every
+/// config within CUDA's limits, and compiles for sm_90 with zero failures.
+#[test]
+fn every_implementation_compiles_with_nvrtc() {
+    require_nvrtc!();
+    let ds = dataset();
+    let compiler = Compiler::new(CompileOptions {
+        isolation: Isolation::InProcess, // the crate's own trusted sources
+        ..Default::default()
+    });
+    let mut failures = Vec::new();
+    let mut compiled = 0;
+    for (task, imp) in ds.implementations() {
+        let mut cand = match Candidate::parse(&imp.source) {
+            Ok(c) => c,
+            Err(e) => {
+                failures.push(format!("{}/{}: {e}", task.id, imp.name));
+                continue;
+            }
+        };
+        if let Err(e) = cand.check_abi(task) {
+            failures.push(format!("{}/{}: {e}", task.id, imp.name));
+            continue;
+        }
+        for cfg in &task.configs {
+            if let Err(e) = cand.resolve(task, cfg, &Default::default()) {
+                failures.push(format!("{}/{}: {e}", task.id, imp.name));
+            }
+        }
+        match compiler.compile(&cand) {
+            CompileOutcome::Compiled { module, .. } => {
+                compiled += 1;
+                assert!(module.kernels.iter().all(|k| k.registers > 0), "{}/{}: {:?}", task.id, imp.name, module.kernels);
+            }
+            other => failures.push(format!("{}/{}: {:?}", task.id, imp.name, other.to_stage("sm_90", false))),
+        }
+    }
+    println!("compiled {compiled} implementations");
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Pairs: same task, faster first, ratio outside noise; the committed timings show every
+/// implementation correct on the H200, and the targets for fast and slow variants hold.
+#[test]
+fn pairs_and_timing_targets() {
+    let ds = dataset();
+    let t = timings();
+    assert!(t.device.contains("H200"), "{}", t.device);
+    let mut fast_tasks = 0;
+    let mut slow_tasks = 0;
+    for task in &ds.tasks {
+        let tt = t.tasks.get(&task.id).unwrap_or_else(|| panic!("{} missing from timings", task.id));
+        for imp in task.all_implementations() {
+            let e = tt.implementations.get(&imp.name).unwrap_or_else(|| panic!("{}/{} not timed", task.id, imp.name));
+            assert_eq!(e.verdict, "correct", "{}/{}: {:?}", task.id, imp.name, e.reason);
+        }
+        let speedups: Vec<f64> = tt.implementations.iter().filter(|(n, _)| *n != "reference").filter_map(|(_, e)| e.raw_speedup).collect();
+        fast_tasks += speedups.iter().any(|&s| s >= 2.0) as usize;
+        slow_tasks += speedups.iter().any(|&s| s < 0.95) as usize;
+    }
+    assert!(fast_tasks * 10 >= ds.tasks.len() * 3, "{fast_tasks} tasks with a >= 2x implementation");
+    assert!(slow_tasks >= 10, "{slow_tasks} tasks with an implementation slower than the reference");
+    for p in ds.pairs(&t) {
+        assert!(p.log_ratio > 0.0 && p.faster != p.slower);
+        let e = &t.tasks[&p.task].implementations;
+        let (f, s) = (e[&p.faster].raw_speedup.unwrap(), e[&p.slower].raw_speedup.unwrap());
+        assert!(f > s, "{p:?}");
+    }
+}
+
+/// The split is by task id, deterministic, disjoint and complete.
+#[test]
+fn split_is_deterministic_by_task() {
+    let ds = dataset();
+    let (train, test) = ds.split(0.2, 0);
+    let (train2, test2) = ds.split(0.2, 0);
+    let ids = |v: &[&cudaperf::task::Task]| v.iter().map(|t| t.id.clone()).collect::<BTreeSet<_>>();
+    assert_eq!(ids(&train), ids(&train2));
+    assert_eq!(ids(&test), ids(&test2));
+    assert!(ids(&train).is_disjoint(&ids(&test)));
+    assert_eq!(train.len() + test.len(), ds.tasks.len());
+    assert!(!test.is_empty() && !train.is_empty());
+}
+
+/// The prompt carries the original program, the ABI, every config and the @launch format.
+#[test]
+fn prompts_are_complete() {
+    let ds = dataset();
+    for t in &ds.tasks {
+        let p = t.prompt();
+        assert!(p.contains(t.original.trim()), "{}", t.id);
+        assert!(p.contains("// @launch KERNEL grid="), "{}", t.id);
+        assert!(p.contains(&t.signature()), "{}", t.id);
+        for c in &t.configs {
+            for (k, v) in &c.sizes {
+                assert!(p.contains(&format!("{k} = {v}")), "{}: size {k}", t.id);
+            }
+        }
+        let lang = if t.kind == TaskKind::C2cuda { "```c\n" } else { "```python\n" };
+        assert!(p.contains(lang), "{}", t.id);
+    }
+}
+
+/// `cudaperf dataset export --format jsonl` writes one {"id","kind","prompt"} per task, and
+/// `dataset stats --json` has the documented integer fields.
+#[test]
+fn cli_export_and_stats() {
+    let out = common::cli().args(["dataset", "export", "--format", "jsonl"]).output().expect("run cli");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("utf8");
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    assert_eq!(lines.len(), dataset().tasks.len());
+    for l in &lines {
+        assert!(l["id"].is_string() && l["prompt"].as_str().is_some_and(|p| p.len() > 200));
+        assert!(matches!(l["kind"].as_str(), Some("c2cuda" | "torch2cuda")));
+    }
+    let out = common::cli().args(["dataset", "stats", "--json"]).output().expect("run cli");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats json");
+    for k in ["tasks", "implementations", "configs", "pairs"] {
+        assert!(v[k].as_u64().is_some(), "{k}: {v}");
+    }
+    assert!(v["by_kind"]["c2cuda"].as_u64().is_some() && v["by_kind"]["torch2cuda"].as_u64().is_some());
+    let bad = common::cli().args(["dataset", "export", "--format", "csv"]).output().expect("run cli");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown format"));
+}

@@ -1,0 +1,449 @@
+//! Integration tests of the pairwise ranker: real burn training on synthetic data, nothing
+//! mocked.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use burn::tensor::Device;
+use cudaperf::ranker::{
+    cross_validate, cross_validate_scorer, cv_folds, pairwise_accuracy, plot_history,
+    ranker_reward_value, syntax_ngram_names, syntax_ngrams, synthetic, train, Pair, RankerConfig,
+    RankerError, RankingData, Sample, TrainedRanker, METADATA_FILE, WEIGHTS_FILE,
+};
+
+/// Small, quick configuration for tests that do not measure quality.
+fn quick() -> RankerConfig {
+    RankerConfig::new().with_epochs(15)
+}
+
+/// Pairwise accuracy of `ranker` on the pairs of `test` tasks (all of them unseen).
+fn held_out_accuracy(ranker: &TrainedRanker, test: &RankingData) -> f64 {
+    let scores: Vec<f64> = test
+        .samples
+        .iter()
+        .map(|s| f64::from(ranker.score(&s.features).unwrap()))
+        .collect();
+    let all: Vec<usize> = (0..test.pairs.len()).collect();
+    let acc = pairwise_accuracy(test, &all, &scores).unwrap();
+    acc.overall.accuracy.unwrap()
+}
+
+// Guards the core claim: the ranker learns the one feature that decides speed, and
+// generalises to tasks it never saw. Also measures a fixture-sized run (50 tasks × 4 impls =
+// 300 pairs, 60 features) against the 60 s budget.
+#[test]
+fn learns_the_deciding_feature_on_unseen_tasks_quickly() {
+    let data = synthetic::decisive_feature(50, 4, 60, 11);
+    assert_eq!(data.pairs.len(), 300);
+    let start = Instant::now();
+    let mut epochs_seen = 0;
+    let (ranker, history) = train(&data, &RankerConfig::new(), |_| epochs_seen += 1).unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "fixture-sized training: {secs:.2} s, {} epochs (best {}), stopped early: {}",
+        history.epochs.len(),
+        history.best_epoch,
+        history.stopped_early
+    );
+    assert_eq!(epochs_seen, history.epochs.len());
+    assert!(secs < 60.0, "training took {secs:.1} s");
+
+    // Fresh tasks from another seed: no task of these was trained on.
+    let test = synthetic::decisive_feature(30, 4, 60, 999);
+    let acc = held_out_accuracy(&ranker, &test);
+    eprintln!("held-out pairwise accuracy: {acc:.3}");
+    assert!(acc > 0.95, "held-out accuracy {acc}");
+
+    // The validation split is by task: no task on both sides.
+    let s = ranker.summary();
+    let train: BTreeSet<_> = s.train_tasks.iter().collect();
+    assert!(!s.val_tasks.is_empty());
+    assert!(s.val_tasks.iter().all(|t| !train.contains(t)));
+}
+
+// Guards reproducibility: the same seed gives bit-identical scores, another seed does not.
+#[test]
+fn same_seed_gives_identical_scores() {
+    let data = synthetic::decisive_feature(10, 4, 8, 5);
+    let config = quick().with_dropout(0.1);
+    let (a, _) = train(&data, &config, |_| {}).unwrap();
+    let (b, _) = train(&data, &config, |_| {}).unwrap();
+    let (c, _) = train(&data, &config.clone().with_seed(7), |_| {}).unwrap();
+    let rows: Vec<Vec<f32>> = data.samples.iter().map(|s| s.features.clone()).collect();
+    let (sa, sb, sc) = (
+        a.score_batch(&rows).unwrap(),
+        b.score_batch(&rows).unwrap(),
+        c.score_batch(&rows).unwrap(),
+    );
+    assert_eq!(sa, sb);
+    assert_ne!(sa, sc);
+}
+
+// Guards the fast inference path: the plain-Rust forward equals burn's within 1e-5.
+#[test]
+fn plain_forward_matches_burn() {
+    let data = synthetic::decisive_feature(10, 4, 12, 3);
+    let (ranker, _) = train(&data, &quick(), |_| {}).unwrap();
+    let rows: Vec<Vec<f32>> = data.samples.iter().map(|s| s.features.clone()).collect();
+    let plain = ranker.score_batch(&rows).unwrap();
+    let burn = ranker.score_batch_on(&Device::default(), &rows).unwrap();
+    assert_eq!(plain.len(), burn.len());
+    for (p, b) in plain.iter().zip(&burn) {
+        assert!(
+            (p - b).abs() <= 1e-5 * (1.0 + b.abs()),
+            "plain {p} vs burn {b}"
+        );
+    }
+    assert_eq!(ranker.score(&rows[3]).unwrap(), plain[3]);
+}
+
+// Guards the model format: save → load gives identical scores and metadata.
+#[test]
+fn save_load_roundtrip_is_exact() {
+    let data = synthetic::decisive_feature(8, 4, 6, 2);
+    let (ranker, _) = train(&data, &quick(), |_| {}).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    ranker.save(dir.path()).unwrap();
+    assert!(dir.path().join(METADATA_FILE).is_file());
+    assert!(dir.path().join(WEIGHTS_FILE).is_file());
+    let loaded = TrainedRanker::load(dir.path(), &data.feature_names).unwrap();
+    // Field by field, so that a failure names the part that changed (no model dump).
+    assert!(
+        loaded.feature_names() == ranker.feature_names(),
+        "feature names differ"
+    );
+    assert!(
+        loaded.normalizer() == ranker.normalizer(),
+        "normalizer differs"
+    );
+    assert!(loaded.weights() == ranker.weights(), "weights differ");
+    assert!(loaded.config() == ranker.config(), "config differs");
+    // serde_json's default float parser may land one ulp off on f64 (float_roundtrip
+    // would fix it at the price of rebuilding burn), so accuracy is compared to 1e-12.
+    let (a, b) = (loaded.summary(), ranker.summary());
+    let acc_close = match (a.best_val_accuracy, b.best_val_accuracy) {
+        (Some(x), Some(y)) => (x - y).abs() < 1e-12,
+        (x, y) => x == y,
+    };
+    assert!(
+        acc_close
+            && a.epochs_run == b.epochs_run
+            && a.best_epoch == b.best_epoch
+            && a.best_val_loss == b.best_val_loss
+            && a.train_tasks == b.train_tasks
+            && a.val_tasks == b.val_tasks
+            && a.train_pairs == b.train_pairs
+            && a.val_pairs == b.val_pairs,
+        "summary differs: {a:?} vs {b:?}"
+    );
+    for s in &data.samples {
+        assert_eq!(
+            loaded.score(&s.features).unwrap(),
+            ranker.score(&s.features).unwrap()
+        );
+    }
+    let p = loaded
+        .prob_faster(&data.samples[0].features, &data.samples[1].features)
+        .unwrap();
+    assert!((0.0..=1.0).contains(&p));
+}
+
+// Guards the typed error on a model trained for other features (never a panic, and the
+// message names the differing position).
+#[test]
+fn load_with_other_feature_names_is_a_typed_error() {
+    let data = synthetic::decisive_feature(6, 3, 4, 2);
+    let (ranker, _) = train(&data, &quick(), |_| {}).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    ranker.save(dir.path()).unwrap();
+    let mut other = data.feature_names.clone();
+    other[2] = "smem_bytes".into();
+    let err = TrainedRanker::load(dir.path(), &other).unwrap_err();
+    assert!(matches!(err, RankerError::FeatureMismatch { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("feature 2") && msg.contains("smem_bytes"),
+        "{msg}"
+    );
+    let shorter = &data.feature_names[..3];
+    assert!(matches!(
+        TrainedRanker::load(dir.path(), shorter),
+        Err(RankerError::FeatureMismatch { .. })
+    ));
+}
+
+// Guards loading of damaged model directories: errors, not panics.
+#[test]
+fn damaged_model_files_are_errors() {
+    let data = synthetic::decisive_feature(6, 3, 4, 2);
+    let (ranker, _) = train(&data, &quick(), |_| {}).unwrap();
+    let names = &data.feature_names;
+
+    let missing = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        TrainedRanker::load(missing.path(), names),
+        Err(RankerError::Io { .. })
+    ));
+
+    let dir = tempfile::tempdir().unwrap();
+    ranker.save(dir.path()).unwrap();
+    let weights = dir.path().join(WEIGHTS_FILE);
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let err = TrainedRanker::load(dir.path(), names).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RankerError::Record { .. } | RankerError::InvalidModel { .. }
+        ),
+        "{err}"
+    );
+
+    let meta = dir.path().join(METADATA_FILE);
+    let text = std::fs::read_to_string(&meta).unwrap();
+    std::fs::write(
+        &meta,
+        text.replace("\"format_version\": 1", "\"format_version\": 99"),
+    )
+    .unwrap();
+    let err = TrainedRanker::load(dir.path(), names).unwrap_err();
+    assert!(err.to_string().contains("format_version"), "{err}");
+    std::fs::write(&meta, "{ not json").unwrap();
+    assert!(matches!(
+        TrainedRanker::load(dir.path(), names),
+        Err(RankerError::Json { .. })
+    ));
+}
+
+// Guards cross-validation: folds partition the tasks, every held-out pair is counted once,
+// the breakdowns add up, and a fixed scorer is evaluated on the same folds.
+#[test]
+fn cross_validate_runs_with_task_groups() {
+    let data = synthetic::decisive_feature(15, 4, 8, 21);
+    let config = RankerConfig::new().with_epochs(60);
+    let report = cross_validate(&data, 5, &config).unwrap();
+    assert_eq!(report.folds.len(), 5);
+    assert_eq!(report.chance, 0.5);
+    let folds = cv_folds(&data, 5, config.seed).unwrap();
+    let mut seen = BTreeSet::new();
+    for (f, fold) in report.folds.iter().zip(&folds) {
+        assert_eq!(&f.test_tasks, fold);
+        for t in &f.test_tasks {
+            assert!(seen.insert(t.clone()), "task {t} in two folds");
+        }
+        let training = f.training.as_ref().unwrap();
+        assert!(training.train_tasks.iter().all(|t| !fold.contains(t)));
+        assert!(training.val_tasks.iter().all(|t| !fold.contains(t)));
+    }
+    assert_eq!(seen.len(), 15);
+    let acc = &report.accuracy;
+    let usable = data
+        .pairs
+        .iter()
+        .filter(|p| p.log_ratio >= config.min_log_ratio)
+        .count();
+    assert_eq!(acc.overall.pairs, usable);
+    assert_eq!(
+        acc.ratio_at_least_2x.pairs + acc.ratio_below_2x.pairs,
+        acc.overall.pairs
+    );
+    assert_eq!(
+        acc.by_kind.values().map(|a| a.pairs).sum::<usize>(),
+        acc.overall.pairs
+    );
+    assert_eq!(acc.by_kind.len(), 2);
+    assert!(acc.overall.accuracy.unwrap() > 0.8, "{:?}", acc.overall);
+
+    // The true rule scores 100 %, its negation 0 %, a constant 50 % (ties count ½).
+    let oracle =
+        cross_validate_scorer(&data, 5, &config, "oracle", |s| f64::from(s.features[0])).unwrap();
+    assert_eq!(oracle.accuracy.overall.accuracy, Some(1.0));
+    assert_eq!(oracle.accuracy.overall.pairs, usable);
+    let anti =
+        cross_validate_scorer(&data, 5, &config, "anti", |s| -f64::from(s.features[0])).unwrap();
+    assert_eq!(anti.accuracy.overall.accuracy, Some(0.0));
+    let flat = cross_validate_scorer(&data, 5, &config, "flat", |_| 1.0).unwrap();
+    assert_eq!(flat.accuracy.overall.accuracy, Some(0.5));
+    let json = serde_json::to_string(&report).unwrap();
+    assert!(json.contains("ratio_at_least_2x"));
+}
+
+fn tiny() -> RankingData {
+    let sample = |task: &str, f: [f32; 2]| Sample {
+        task: task.into(),
+        kind: "c2cuda".into(),
+        name: format!("{task}_{}", f[0]),
+        features: f.to_vec(),
+    };
+    RankingData {
+        feature_names: vec!["a".into(), "b".into()],
+        samples: vec![
+            sample("t0", [1.0, 0.0]),
+            sample("t0", [0.0, 1.0]),
+            sample("t1", [1.0, 1.0]),
+            sample("t1", [0.0, 0.0]),
+        ],
+        pairs: vec![
+            Pair {
+                fast: 0,
+                slow: 1,
+                log_ratio: 0.5,
+            },
+            Pair {
+                fast: 2,
+                slow: 3,
+                log_ratio: 0.7,
+            },
+        ],
+    }
+}
+
+/// Table-driven input errors: each case breaks one thing and expects its typed error.
+macro_rules! input_error_tests {
+    ($($name:ident: $mutate:expr => $pattern:pat,)*) => {$(
+        #[test]
+        fn $name() {
+            let mut data = tiny();
+            #[allow(clippy::redundant_closure_call)]
+            ($mutate)(&mut data);
+            let err = train(&data, &quick(), |_| {}).unwrap_err();
+            assert!(matches!(err, $pattern), "unexpected error: {err}");
+            // Same checks on the evaluation path.
+            let err = cross_validate(&data, 2, &quick()).unwrap_err();
+            assert!(matches!(err, $pattern), "unexpected error: {err}");
+        }
+    )*};
+}
+
+input_error_tests! {
+    empty_pair_set: |d: &mut RankingData| d.pairs.clear() => RankerError::NoPairs { .. },
+    all_pairs_are_ties: |d: &mut RankingData| for p in &mut d.pairs { p.log_ratio = 0.01 }
+        => RankerError::NoPairs { .. },
+    nan_feature: |d: &mut RankingData| d.samples[2].features[1] = f32::NAN
+        => RankerError::NonFiniteFeature { index: 2, feature_index: 1, .. },
+    wrong_feature_count: |d: &mut RankingData| d.samples[1].features.push(3.0)
+        => RankerError::FeatureCount { index: 1, expected: 2, found: 3, .. },
+    no_feature_names: |d: &mut RankingData| d.feature_names.clear() => RankerError::NoFeatures,
+    pair_out_of_range: |d: &mut RankingData| d.pairs[1].slow = 9
+        => RankerError::PairIndex { pair: 1, index: 9, .. },
+    pair_across_tasks: |d: &mut RankingData| d.pairs[0].slow = 2
+        => RankerError::PairAcrossTasks { pair: 0, .. },
+    negative_log_ratio: |d: &mut RankingData| d.pairs[0].log_ratio = -0.2
+        => RankerError::InvalidLogRatio { pair: 0, .. },
+    self_pair: |d: &mut RankingData| d.pairs[0].slow = 0 => RankerError::SelfPair { pair: 0, .. },
+}
+
+// Guards config validation and fold-count checks (typed errors naming the field).
+#[test]
+fn bad_config_and_folds_are_typed_errors() {
+    let data = tiny();
+    let err = train(&data, &quick().with_learning_rate(-1.0), |_| {}).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RankerError::InvalidConfig {
+                field: "learning_rate",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = train(&data, &quick().with_hidden(vec![8, 0]), |_| {}).unwrap_err();
+    assert!(matches!(
+        err,
+        RankerError::InvalidConfig {
+            field: "hidden",
+            ..
+        }
+    ));
+    let err = cross_validate(&data, 3, &quick()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RankerError::Folds {
+                tasks: 2,
+                k_folds: 3
+            }
+        ),
+        "{err}"
+    );
+}
+
+// Guards scoring input checks: wrong length and NaN are errors, not panics or NaN scores.
+#[test]
+fn scoring_rejects_bad_vectors() {
+    let data = synthetic::decisive_feature(6, 3, 4, 2);
+    let (ranker, _) = train(&data, &quick(), |_| {}).unwrap();
+    assert!(matches!(
+        ranker.score(&[1.0, 2.0]),
+        Err(RankerError::InputLength {
+            expected: 4,
+            found: 2,
+            ..
+        })
+    ));
+    let err = ranker.score(&[0.0, f32::NAN, 0.0, 0.0]).unwrap_err();
+    assert!(err.to_string().contains("`f1`"), "{err}");
+    assert!(matches!(
+        ranker.score_batch(&[vec![0.0; 4], vec![0.0; 5]]),
+        Err(RankerError::InputLength { index: 1, .. })
+    ));
+}
+
+// Guards the reward mapping used by the unified reward: bounded, zero at equality.
+#[test]
+fn reward_value_is_bounded() {
+    assert_eq!(ranker_reward_value(0.3, 0.3), 0.0);
+    assert!(ranker_reward_value(5.0, 0.0) > 0.9);
+    assert!(ranker_reward_value(-5.0, 0.0) < -0.9);
+}
+
+// Guards the optional n-gram input: training accepts features with n-grams appended.
+#[test]
+fn training_accepts_syntax_ngram_features() {
+    let kernels: [&[u8]; 2] = [
+        b"__global__ void k(float* x, int n){ int i = blockIdx.x*blockDim.x+threadIdx.x; if(i<n) x[i]*=2.f; }",
+        b"__global__ void k(float* x, int n){ for(int i=threadIdx.x;i<n;i+=blockDim.x*gridDim.x){ x[i]*=2.f; } }",
+    ];
+    let mut data = synthetic::decisive_feature(8, 4, 4, 9);
+    data.feature_names.extend(syntax_ngram_names(32));
+    for (i, s) in data.samples.iter_mut().enumerate() {
+        s.features
+            .extend(syntax_ngrams(kernels[i % 2], 32).unwrap());
+    }
+    let (ranker, _) = train(&data, &quick(), |_| {}).unwrap();
+    assert_eq!(ranker.feature_names().len(), 36);
+}
+
+// Guards the PNG output (bundled font: no system font needed).
+#[test]
+fn plot_history_writes_a_png() {
+    let data = synthetic::decisive_feature(10, 4, 6, 4);
+    let (_, history) = train(&data, &RankerConfig::new().with_epochs(40), |_| {}).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("history.png");
+    plot_history(&history, &png).unwrap();
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(bytes.len() > 1000);
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    if let Ok(keep) = std::env::var("CUDAPERF_KEEP_PLOT") {
+        std::fs::copy(&png, keep).unwrap();
+    }
+    let empty = cudaperf::ranker::TrainingHistory::default();
+    assert!(matches!(
+        plot_history(&empty, dir.path().join("x.png")),
+        Err(RankerError::Plot { .. })
+    ));
+    assert!(matches!(
+        plot_history(&history, dir.path().join("no/such/dir.png")),
+        Err(RankerError::Plot { .. })
+    ));
+}
+
+// Guards sharing one model across reward-server threads.
+#[test]
+fn trained_ranker_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<TrainedRanker>();
+    assert_send_sync::<cudaperf::ranker::CvReport>();
+}

@@ -1,0 +1,79 @@
+//! The shipped ranker as a reward: it orders fixture pairs as the H200 timings do, and the
+//! training pipeline on the real dataset works end to end.
+
+mod common;
+
+use cudaperf::reward::{Context, EvalOptions, Evaluator, RankerReward, Reward, Stage, Submission};
+
+fn evaluator() -> Evaluator {
+    let opts = EvalOptions {
+        no_gpu: true,
+        ranker_model: Some(common::fixture("models/ranker")),
+        ..Default::default()
+    };
+    Evaluator::new(opts)
+}
+
+/// Guards the shipped model: on clearly separated pairs (>= 2x apart in the committed
+/// timings) of several tasks, the faster implementation gets the higher RankerReward.
+#[test]
+fn ranker_reward_orders_fixture_pairs_like_the_timings() {
+    let e = evaluator();
+    let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
+    let t = cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
+    let cases = [("vector_add", "vectorized_float4", "strided_blocks"), ("transpose", "smem_tiled_padded", "reference")];
+    for (task_id, fast, slow) in cases {
+        let task = ds.task(task_id).expect("task");
+        let tt = &t.tasks[task_id].implementations;
+        assert!(tt[fast].raw_speedup.unwrap() > tt[slow].raw_speedup.unwrap(), "{task_id}: timings disagree with the case");
+        let ctx = Context::new(task, &e);
+        let score = |name: &str| {
+            let sub = Submission::from_source(task.implementation(name).expect("impl").source.clone());
+            RankerReward.score(&ctx, &sub).expect("ranker reward").value
+        };
+        let (f, s) = (score(fast), score(slow));
+        assert!(f > s, "{task_id}: {fast} {f} should beat {slow} {s}");
+        assert!((-1.0..=1.0).contains(&f) && (-1.0..=1.0).contains(&s));
+    }
+}
+
+/// The reference scored against itself is exactly "no preference".
+#[test]
+fn reference_against_itself_is_zero() {
+    let e = evaluator();
+    let task = common::vector_add();
+    let ctx = Context::new(&task, &e);
+    let v = RankerReward.score(&ctx, &Submission::from_source(task.reference.source.clone())).expect("score").value;
+    assert!(v.abs() < 1e-6, "{v}");
+}
+
+/// Without a model the ranker stage says why and the reward is Unavailable, not a number.
+#[test]
+fn missing_model_is_unavailable() {
+    let e = Evaluator::new(EvalOptions {
+        no_gpu: true,
+        ranker_model: Some(std::env::temp_dir().join("no-such-ranker-model")),
+        ..Default::default()
+    });
+    let task = common::vector_add();
+    let ctx = Context::new(&task, &e);
+    let sub = Submission::from_source(task.reference.source.clone());
+    let err = RankerReward.score(&ctx, &sub).expect_err("no model");
+    assert!(err.to_string().contains("ranker"), "{err}");
+    let eval = ctx.evaluate(&sub, Stage::Ranker);
+    assert!(eval.stages.ranker.and_then(|r| r.error).is_some());
+}
+
+/// The real pipeline: ranking data from the dataset and timings, a short training run, and a
+/// cross-validation that beats chance.
+#[test]
+fn trains_on_the_dataset() {
+    let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
+    let t = cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
+    let data = cudaperf::ranker::ranking_data(&ds, &t, 0).expect("ranking data");
+    assert!(data.pairs.len() >= 100 && data.samples.len() >= 100);
+    let config = cudaperf::ranker::RankerConfig::new().with_epochs(60);
+    let report = cudaperf::ranker::cross_validate(&data, 3, &config).expect("cv");
+    let acc = report.accuracy.overall.accuracy.expect("accuracy");
+    assert!(acc > 0.6, "held-out pairwise accuracy {acc}");
+}
