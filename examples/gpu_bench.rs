@@ -23,13 +23,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn evaluator(workers: usize) -> Evaluator {
-    let mut o = EvalOptions::default();
-    o.exec = ExecOptions {
-        workers_per_gpu: workers,
-        timeout: Duration::from_secs(120),
+    Evaluator::new(EvalOptions {
+        exec: ExecOptions {
+            workers_per_gpu: workers,
+            timeout: Duration::from_secs(120),
+            ..Default::default()
+        },
         ..Default::default()
-    };
-    Evaluator::new(o)
+    })
 }
 
 /// A fresh submission: a distinct comment defeats every cache.
@@ -38,7 +39,9 @@ fn fresh(source: &str, k: usize) -> Submission {
 }
 
 fn main() {
-    let dir = std::env::args().nth(1).unwrap_or_else(|| "fixtures/tasks/vector_add".into());
+    let dir = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "fixtures/tasks/vector_add".into());
     let task = match Task::load(&dir) {
         Ok(t) => t,
         Err(e) => {
@@ -51,13 +54,25 @@ fn main() {
         eprintln!("gpu_bench needs a GPU: {reason}");
         std::process::exit(2);
     }
-    let source = task.implementations.first().unwrap_or(&task.reference).source.clone();
+    let source = task
+        .implementations
+        .first()
+        .unwrap_or(&task.reference)
+        .source
+        .clone();
     // Warm everything once (worker start, NVRTC load, reference compile, harness kernels).
     let warm = e.evaluate(&task, &fresh(&source, 0), Stage::Timing);
-    let device = warm.stages.execute.as_ref().and_then(|x| x.device.clone()).map(|d| d.name).unwrap_or_default();
+    let device = warm
+        .stages
+        .execute
+        .as_ref()
+        .and_then(|x| x.device.clone())
+        .map(|d| d.name)
+        .unwrap_or_default();
     let mut rows: Vec<(String, String)> = Vec::new();
 
-    let (mut compile, mut cached, mut correct, mut timed, mut e2e, mut ratio) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut compile, mut cached, mut correct, mut timed, mut e2e, mut ratio) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for k in 1..=8 {
         let sub = fresh(&source, k);
         let t = Instant::now();
@@ -88,12 +103,30 @@ fn main() {
         }
         let _ = ev;
     }
-    rows.push(("compile, uncached (ms, median of 8)".into(), format!("{:.1}", median(compile))));
-    rows.push(("compile, cached (ms)".into(), format!("{:.3}", median(cached))));
-    rows.push(("correctness job, all configs (ms)".into(), format!("{:.1}", median(correct))));
-    rows.push(("correctness + timing job (ms)".into(), format!("{:.1}", median(timed))));
-    rows.push(("end-to-end fresh candidate (ms)".into(), format!("{:.1}", median(e2e))));
-    rows.push(("GPU-stage wall / GPU time of the protocol".into(), format!("{:.2}", median(ratio))));
+    rows.push((
+        "compile, uncached (ms, median of 8)".into(),
+        format!("{:.1}", median(compile)),
+    ));
+    rows.push((
+        "compile, cached (ms)".into(),
+        format!("{:.3}", median(cached)),
+    ));
+    rows.push((
+        "correctness job, all configs (ms)".into(),
+        format!("{:.1}", median(correct)),
+    ));
+    rows.push((
+        "correctness + timing job (ms)".into(),
+        format!("{:.1}", median(timed)),
+    ));
+    rows.push((
+        "end-to-end fresh candidate (ms)".into(),
+        format!("{:.1}", median(e2e)),
+    ));
+    rows.push((
+        "GPU-stage wall / GPU time of the protocol".into(),
+        format!("{:.2}", median(ratio)),
+    ));
 
     for workers in [1usize, 4] {
         let eg = evaluator(workers);
@@ -102,8 +135,14 @@ fn main() {
         let t = Instant::now();
         let evals = eg.evaluate_batch(&task, &subs, Stage::Timing);
         let secs = t.elapsed().as_secs_f64();
-        let ok = evals.iter().filter(|v| v.verdict().as_str() == "correct").count();
-        rows.push((format!("group of 16, {workers} worker(s)/GPU (s, {ok}/16 correct)"), format!("{secs:.2}")));
+        let ok = evals
+            .iter()
+            .filter(|v| v.verdict().as_str() == "correct")
+            .count();
+        rows.push((
+            format!("group of 16, {workers} worker(s)/GPU (s, {ok}/16 correct)"),
+            format!("{secs:.2}"),
+        ));
     }
 
     let mut speedups = Vec::new();
@@ -119,7 +158,13 @@ fn main() {
     let mean = speedups.iter().sum::<f64>() / n;
     let sd = (speedups.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt();
     let us = warm.stages.timing.as_ref().map_or(0.0, |t| t.reference_us);
-    rows.push((format!("speedup CV over {} runs (reference {us:.0} us)", speedups.len()), format!("{:.2} %", 100.0 * sd / mean)));
+    rows.push((
+        format!(
+            "speedup CV over {} runs (reference {us:.0} us)",
+            speedups.len()
+        ),
+        format!("{:.2} %", 100.0 * sd / mean),
+    ));
     rows.push(("speedup mean".into(), format!("{mean:.3}")));
 
     println!("gpu_bench: task {} on {device}", task.id);

@@ -24,7 +24,9 @@ pub enum CandidateError {
     #[error("no code block found: put the CUDA source in a ```cuda fenced block")]
     NoCodeBlock,
     /// The source has no `// @launch` line.
-    #[error("no launch plan: add a line `// @launch KERNEL grid=(...) block=(...)` above the kernel")]
+    #[error(
+        "no launch plan: add a line `// @launch KERNEL grid=(...) block=(...)` above the kernel"
+    )]
     NoLaunchPlan,
     /// A launch names a kernel the source does not define.
     #[error("line {line}: @launch names kernel `{name}`, but the source defines no __global__ function of that name (found: {available})")]
@@ -281,7 +283,10 @@ fn kernel_params(source: &str, name: &str) -> Option<Vec<String>> {
         let mut offset = 0;
         while let Some(pos) = after[offset..].find(name) {
             let start = offset + pos;
-            let prev_ok = after[..start].chars().last().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+            let prev_ok = after[..start]
+                .chars()
+                .last()
+                .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
             let tail = after[start + name.len()..].trim_start();
             if prev_ok && (tail.starts_with('(') || tail.starts_with('<')) {
                 let open = after[start..].find('(')? + start;
@@ -306,7 +311,9 @@ fn kernel_params(source: &str, name: &str) -> Option<Vec<String>> {
                             }
                             cur.push(c);
                         }
-                        ',' if depth == 1 => params.push(std::mem::take(&mut cur).trim().to_string()),
+                        ',' if depth == 1 => {
+                            params.push(std::mem::take(&mut cur).trim().to_string())
+                        }
                         _ => cur.push(c),
                     }
                 }
@@ -328,11 +335,15 @@ fn split_keyed(line: usize, text: &str) -> Result<Vec<(String, String)>, Candida
     let mut out = Vec::new();
     let mut rest = text.trim();
     while !rest.is_empty() {
-        let eq = rest.find('=').ok_or_else(|| bad(format!("expected `key=(...)`, found `{rest}`")))?;
+        let eq = rest
+            .find('=')
+            .ok_or_else(|| bad(format!("expected `key=(...)`, found `{rest}`")))?;
         let key = rest[..eq].trim().to_string();
         let after = rest[eq + 1..].trim_start();
         if !after.starts_with('(') {
-            return Err(bad(format!("`{key}=` must be followed by a parenthesised value")));
+            return Err(bad(format!(
+                "`{key}=` must be followed by a parenthesised value"
+            )));
         }
         let mut depth = 0;
         let mut end = None;
@@ -411,7 +422,11 @@ fn parse_launch(line: usize, text: &str) -> Result<Launch, CandidateError> {
     }
     let kernel = text[..end].trim().to_string();
     let base = kernel.split('<').next().unwrap_or("");
-    if base.is_empty() || !base.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+    if base.is_empty()
+        || !base
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    {
         return Err(CandidateError::BadDirective {
             line,
             message: format!("`{kernel}` is not a kernel name"),
@@ -422,7 +437,11 @@ fn parse_launch(line: usize, text: &str) -> Result<Launch, CandidateError> {
         match key.as_str() {
             "grid" => grid = Some(parse_dims(line, "grid", &value)?),
             "block" => block = Some(parse_dims(line, "block", &value)?),
-            "smem" => smem = Some(Expr::parse(&value).map_err(|source| CandidateError::Expr { line, source })?),
+            "smem" => {
+                smem = Some(
+                    Expr::parse(&value).map_err(|source| CandidateError::Expr { line, source })?,
+                )
+            }
             "args" => {
                 let list = split_commas(&value)
                     .into_iter()
@@ -433,7 +452,9 @@ fn parse_launch(line: usize, text: &str) -> Result<Launch, CandidateError> {
                             // Resolved against the ABI and scratch list in check_abi.
                             Ok(LaunchArg::Param(a))
                         } else {
-                            Expr::parse(&a).map(LaunchArg::Int).map_err(|source| CandidateError::Expr { line, source })
+                            Expr::parse(&a)
+                                .map(LaunchArg::Int)
+                                .map_err(|source| CandidateError::Expr { line, source })
                         }
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -442,7 +463,9 @@ fn parse_launch(line: usize, text: &str) -> Result<Launch, CandidateError> {
             other => {
                 return Err(CandidateError::BadDirective {
                     line,
-                    message: format!("unknown launch option `{other}` (expected grid, block, smem, args)"),
+                    message: format!(
+                        "unknown launch option `{other}` (expected grid, block, smem, args)"
+                    ),
                 })
             }
         }
@@ -470,15 +493,27 @@ fn parse_scratch(line: usize, text: &str) -> Result<Scratch, CandidateError> {
     let dtype_text = it.next().unwrap_or("");
     let len_text = it.next().unwrap_or("").trim();
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(bad(format!("@scratch needs `NAME DTYPE (LEN)`, found `{text}`")));
+        return Err(bad(format!(
+            "@scratch needs `NAME DTYPE (LEN)`, found `{text}`"
+        )));
     }
-    let dtype = DType::parse(dtype_text).ok_or_else(|| bad(format!("@scratch {name}: unknown dtype `{dtype_text}`")))?;
+    let dtype = DType::parse(dtype_text)
+        .ok_or_else(|| bad(format!("@scratch {name}: unknown dtype `{dtype_text}`")))?;
     let inner = len_text
         .strip_prefix('(')
         .and_then(|s| s.strip_suffix(')'))
-        .ok_or_else(|| bad(format!("@scratch {name}: the length must be in parentheses, found `{len_text}`")))?;
+        .ok_or_else(|| {
+            bad(format!(
+                "@scratch {name}: the length must be in parentheses, found `{len_text}`"
+            ))
+        })?;
     let len = Expr::parse(inner).map_err(|source| CandidateError::Expr { line, source })?;
-    Ok(Scratch { name, dtype, len, line })
+    Ok(Scratch {
+        name,
+        dtype,
+        len,
+        line,
+    })
 }
 
 /// Bytes of source accepted; larger inputs are rejected before any parsing.
@@ -490,7 +525,10 @@ impl Candidate {
         if source.len() > MAX_SOURCE_BYTES {
             return Err(CandidateError::BadDirective {
                 line: 0,
-                message: format!("source is {} bytes, more than the {MAX_SOURCE_BYTES}-byte limit", source.len()),
+                message: format!(
+                    "source is {} bytes, more than the {MAX_SOURCE_BYTES}-byte limit",
+                    source.len()
+                ),
             });
         }
         let mut launches = Vec::new();
@@ -498,7 +536,9 @@ impl Candidate {
         for (i, raw) in source.lines().enumerate() {
             let line = i + 1;
             let t = raw.trim_start();
-            let Some(comment) = t.strip_prefix("//") else { continue };
+            let Some(comment) = t.strip_prefix("//") else {
+                continue;
+            };
             let comment = comment.trim_start();
             if let Some(rest) = comment.strip_prefix("@launch") {
                 launches.push(parse_launch(line, rest)?);
@@ -522,7 +562,11 @@ impl Candidate {
                 return Err(CandidateError::UnknownKernel {
                     name: l.kernel.clone(),
                     line: l.line,
-                    available: if defined.is_empty() { "none".into() } else { defined.join(", ") },
+                    available: if defined.is_empty() {
+                        "none".into()
+                    } else {
+                        defined.join(", ")
+                    },
                 });
             }
         }
@@ -558,18 +602,37 @@ impl Candidate {
             if task.params.iter().any(|p| p.name() == s.name) {
                 return Err(CandidateError::BadDirective {
                     line: s.line,
-                    message: format!("scratch buffer `{}` has the name of a task parameter", s.name),
+                    message: format!(
+                        "scratch buffer `{}` has the name of a task parameter",
+                        s.name
+                    ),
                 });
             }
-            let sizes: Vec<&str> = task.configs.first().map(|c| c.sizes.keys().map(String::as_str).collect()).unwrap_or_default();
-            s.len.check_names(sizes.iter().copied()).map_err(|source| CandidateError::Expr { line: s.line, source })?;
+            let sizes: Vec<&str> = task
+                .configs
+                .first()
+                .map(|c| c.sizes.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            s.len
+                .check_names(sizes.iter().copied())
+                .map_err(|source| CandidateError::Expr {
+                    line: s.line,
+                    source,
+                })?;
         }
         for launch in &self.launches {
-            let exprs = launch.grid.iter().chain(&launch.block).chain(launch.smem.iter());
+            let exprs = launch
+                .grid
+                .iter()
+                .chain(&launch.block)
+                .chain(launch.smem.iter());
             for e in exprs {
                 for cfg in &task.configs {
                     e.check_names(cfg.sizes.keys().map(String::as_str))
-                        .map_err(|source| CandidateError::Expr { line: launch.line, source })?;
+                        .map_err(|source| CandidateError::Expr {
+                            line: launch.line,
+                            source,
+                        })?;
                 }
             }
         }
@@ -597,8 +660,16 @@ impl Candidate {
                                 *a = LaunchArg::Scratch(n.clone());
                                 kinds.push((n, true));
                             } else {
-                                let e = Expr::parse(name).map_err(|source| CandidateError::Expr { line: launch.line, source })?;
-                                let sizes = task.configs.first().map(|c| c.sizes.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+                                let e =
+                                    Expr::parse(name).map_err(|source| CandidateError::Expr {
+                                        line: launch.line,
+                                        source,
+                                    })?;
+                                let sizes = task
+                                    .configs
+                                    .first()
+                                    .map(|c| c.sizes.keys().cloned().collect::<Vec<_>>())
+                                    .unwrap_or_default();
                                 if e.check_names(sizes.iter().map(String::as_str)).is_err() {
                                     return Err(mismatch(format!(
                                         "argument `{name}` is neither a task parameter ({}), a scratch buffer, nor a size",
@@ -623,7 +694,11 @@ impl Candidate {
                     "the kernel takes {} parameters but the launch passes {} ({})",
                     params.len(),
                     kinds.len(),
-                    kinds.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                    kinds
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             }
             for (i, (p, (name, is_ptr))) in params.iter().zip(&kinds).enumerate() {
@@ -642,73 +717,116 @@ impl Candidate {
     }
 
     /// Evaluates the plan for one config and checks CUDA's launch limits.
-    pub fn resolve(&self, task: &Task, config: &InputConfig, limits: &PlanLimits) -> Result<ResolvedPlan, CandidateError> {
+    pub fn resolve(
+        &self,
+        task: &Task,
+        config: &InputConfig,
+        limits: &PlanLimits,
+    ) -> Result<ResolvedPlan, CandidateError> {
         if self.launches.len() > limits.max_launches {
             return Err(CandidateError::InvalidLaunch {
                 line: self.launches[limits.max_launches].line,
                 config: config.name.clone(),
-                message: format!("{} launches, more than the limit of {}", self.launches.len(), limits.max_launches),
+                message: format!(
+                    "{} launches, more than the limit of {}",
+                    self.launches.len(),
+                    limits.max_launches
+                ),
             });
         }
         let mut scratch_lens = Vec::new();
         let mut scratch_bytes = 0u64;
         for s in &self.scratch {
-            let n = s.len.eval_int(&config.sizes).map_err(|source| CandidateError::Expr { line: s.line, source })?;
+            let n = s
+                .len
+                .eval_int(&config.sizes)
+                .map_err(|source| CandidateError::Expr {
+                    line: s.line,
+                    source,
+                })?;
             let invalid = |message: String| CandidateError::InvalidLaunch {
                 line: s.line,
                 config: config.name.clone(),
                 message,
             };
             if n < 0 {
-                return Err(invalid(format!("scratch `{}` has negative length {n}", s.name)));
+                return Err(invalid(format!(
+                    "scratch `{}` has negative length {n}",
+                    s.name
+                )));
             }
-            scratch_bytes = scratch_bytes.saturating_add((n as u64).saturating_mul(s.dtype.size_bytes()));
+            scratch_bytes =
+                scratch_bytes.saturating_add((n as u64).saturating_mul(s.dtype.size_bytes()));
             if scratch_bytes > limits.max_scratch_bytes {
-                return Err(invalid(format!("scratch buffers need more than {} bytes", limits.max_scratch_bytes)));
+                return Err(invalid(format!(
+                    "scratch buffers need more than {} bytes",
+                    limits.max_scratch_bytes
+                )));
             }
             scratch_lens.push(n as u64);
         }
         let mut launches = Vec::new();
         for l in &self.launches {
-            let eval = |e: &Expr| e.eval_int(&config.sizes).map_err(|source| CandidateError::Expr { line: l.line, source });
+            let eval = |e: &Expr| {
+                e.eval_int(&config.sizes)
+                    .map_err(|source| CandidateError::Expr {
+                        line: l.line,
+                        source,
+                    })
+            };
             let invalid = |message: String| CandidateError::InvalidLaunch {
                 line: l.line,
                 config: config.name.clone(),
                 message,
             };
-            let dims = |exprs: &[Expr], what: &str, max: [i64; 3]| -> Result<[u32; 3], CandidateError> {
-                let mut out = [1u32; 3];
-                for (i, e) in exprs.iter().enumerate() {
-                    let v = eval(e)?;
-                    if v < 1 || v > max[i] {
-                        return Err(invalid(format!("{what}.{} = {v} (from `{e}`) is outside 1..={}", ["x", "y", "z"][i], max[i])));
+            let dims =
+                |exprs: &[Expr], what: &str, max: [i64; 3]| -> Result<[u32; 3], CandidateError> {
+                    let mut out = [1u32; 3];
+                    for (i, e) in exprs.iter().enumerate() {
+                        let v = eval(e)?;
+                        if v < 1 || v > max[i] {
+                            return Err(invalid(format!(
+                                "{what}.{} = {v} (from `{e}`) is outside 1..={}",
+                                ["x", "y", "z"][i],
+                                max[i]
+                            )));
+                        }
+                        out[i] = v as u32;
                     }
-                    out[i] = v as u32;
-                }
-                Ok(out)
-            };
+                    Ok(out)
+                };
             let grid = dims(&l.grid, "grid", [i32::MAX as i64, 65535, 65535])?;
             let block = dims(&l.block, "block", [1024, 1024, 64])?;
             let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
             if blocks > limits.max_blocks {
-                return Err(invalid(format!("grid has {blocks} blocks, more than the limit of {}", limits.max_blocks)));
+                return Err(invalid(format!(
+                    "grid has {blocks} blocks, more than the limit of {}",
+                    limits.max_blocks
+                )));
             }
             let threads = block.iter().map(|&b| b as u64).product::<u64>();
             if threads > 1024 {
-                return Err(invalid(format!("block has {threads} threads, more than 1024")));
+                return Err(invalid(format!(
+                    "block has {threads} threads, more than 1024"
+                )));
             }
             let smem = match &l.smem {
                 Some(e) => {
                     let v = eval(e)?;
                     if v < 0 || v > limits.max_smem_bytes as i64 {
-                        return Err(invalid(format!("smem = {v} bytes (from `{e}`) is outside 0..={}", limits.max_smem_bytes)));
+                        return Err(invalid(format!(
+                            "smem = {v} bytes (from `{e}`) is outside 0..={}",
+                            limits.max_smem_bytes
+                        )));
                     }
                     v as u32
                 }
                 None => 0,
             };
             let args = match &l.args {
-                None => (0..task.params.len()).map(|index| ResolvedArg::Param { index }).collect(),
+                None => (0..task.params.len())
+                    .map(|index| ResolvedArg::Param { index })
+                    .collect(),
                 Some(args) => args
                     .iter()
                     .map(|a| match a {
@@ -717,7 +835,9 @@ impl Candidate {
                             .iter()
                             .position(|p| p.name() == name)
                             .map(|index| ResolvedArg::Param { index })
-                            .ok_or_else(|| invalid(format!("unknown argument `{name}` (run check_abi first)"))),
+                            .ok_or_else(|| {
+                                invalid(format!("unknown argument `{name}` (run check_abi first)"))
+                            }),
                         LaunchArg::Scratch(name) => self
                             .scratch
                             .iter()
@@ -728,7 +848,9 @@ impl Candidate {
                             let v = eval(e)?;
                             i32::try_from(v)
                                 .map(|value| ResolvedArg::Int { value })
-                                .map_err(|_| invalid(format!("argument `{e}` = {v} does not fit in an int")))
+                                .map_err(|_| {
+                                    invalid(format!("argument `{e}` = {v} does not fit in an int"))
+                                })
                         }
                     })
                     .collect::<Result<Vec<_>, _>>()?,
@@ -741,7 +863,10 @@ impl Candidate {
                 args,
             });
         }
-        Ok(ResolvedPlan { launches, scratch_lens })
+        Ok(ResolvedPlan {
+            launches,
+            scratch_lens,
+        })
     }
 }
 

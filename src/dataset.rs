@@ -83,18 +83,28 @@ impl Dataset {
             path: dir.to_path_buf(),
             source,
         })?;
-        let mut folders: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.join("task.toml").is_file()).collect();
+        let mut folders: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("task.toml").is_file())
+            .collect();
         folders.sort();
         let mut tasks = Vec::with_capacity(folders.len());
         for f in folders {
             tasks.push(Task::load(&f)?);
         }
         if tasks.is_empty() {
-            return Err(DatasetError::Invalid(format!("no task folders (with task.toml) in {}", dir.display())));
+            return Err(DatasetError::Invalid(format!(
+                "no task folders (with task.toml) in {}",
+                dir.display()
+            )));
         }
         for w in tasks.windows(2) {
             if w[0].id == w[1].id {
-                return Err(DatasetError::Invalid(format!("task id `{}` appears twice", w[0].id)));
+                return Err(DatasetError::Invalid(format!(
+                    "task id `{}` appears twice",
+                    w[0].id
+                )));
             }
         }
         Ok(Dataset {
@@ -110,20 +120,27 @@ impl Dataset {
 
     /// Every (task, implementation), reference included.
     pub fn implementations(&self) -> impl Iterator<Item = (&Task, &Implementation)> {
-        self.tasks.iter().flat_map(|t| t.all_implementations().map(move |i| (t, i)))
+        self.tasks
+            .iter()
+            .flat_map(|t| t.all_implementations().map(move |i| (t, i)))
     }
 
     /// Whether a task id falls in the test split: a hash of (seed, id) decides, so the
     /// split never changes when tasks are added.
     pub fn is_test(id: &str, test_fraction: f64, seed: u64) -> bool {
-        let h = Sha256::new().chain_update(seed.to_le_bytes()).chain_update(id.as_bytes()).finalize();
+        let h = Sha256::new()
+            .chain_update(seed.to_le_bytes())
+            .chain_update(id.as_bytes())
+            .finalize();
         let x = u64::from_le_bytes(h[..8].try_into().unwrap_or([0; 8]));
         (x as f64 / u64::MAX as f64) < test_fraction
     }
 
     /// (train, test) tasks.
     pub fn split(&self, test_fraction: f64, seed: u64) -> (Vec<&Task>, Vec<&Task>) {
-        self.tasks.iter().partition(|t| !Dataset::is_test(&t.id, test_fraction, seed))
+        self.tasks
+            .iter()
+            .partition(|t| !Dataset::is_test(&t.id, test_fraction, seed))
     }
 
     /// Timed pairs: every two correct implementations of a task whose time ratio is
@@ -132,7 +149,9 @@ impl Dataset {
     pub fn pairs(&self, timings: &Timings) -> Vec<Pair> {
         let mut out = Vec::new();
         for task in &self.tasks {
-            let Some(tt) = timings.tasks.get(&task.id) else { continue };
+            let Some(tt) = timings.tasks.get(&task.id) else {
+                continue;
+            };
             let timed: Vec<(&str, f64, f64)> = task
                 .all_implementations()
                 .filter_map(|i| {
@@ -140,7 +159,11 @@ impl Dataset {
                     if t.verdict != "correct" {
                         return None;
                     }
-                    Some((i.name.as_str(), t.raw_speedup?, t.noise_floor.unwrap_or(0.01)))
+                    Some((
+                        i.name.as_str(),
+                        t.raw_speedup?,
+                        t.noise_floor.unwrap_or(0.01),
+                    ))
                 })
                 .filter(|(_, s, _)| *s > 0.0 && s.is_finite())
                 .collect();
@@ -152,7 +175,11 @@ impl Dataset {
                     if log_ratio.abs() <= noise {
                         continue;
                     }
-                    let (faster, slower) = if log_ratio < 0.0 { (a.0, b.0) } else { (b.0, a.0) };
+                    let (faster, slower) = if log_ratio < 0.0 {
+                        (a.0, b.0)
+                    } else {
+                        (b.0, a.0)
+                    };
                     out.push(Pair {
                         task: task.id.clone(),
                         faster: faster.to_string(),

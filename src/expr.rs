@@ -96,8 +96,13 @@ impl Expr {
         }
         // Assignment, chaining and strings make no sense for sizes; reject them up front so
         // errors say so instead of failing obscurely at evaluation time.
-        if let Some(c) = text.chars().find(|c| matches!(c, '=' | ';' | '"' | '^' | '&' | '|' | '!')) {
-            return Err(parse_err(format!("character `{c}` is not allowed in a size expression")));
+        if let Some(c) = text
+            .chars()
+            .find(|c| matches!(c, '=' | ';' | '"' | '^' | '&' | '|' | '!'))
+        {
+            return Err(parse_err(format!(
+                "character `{c}` is not allowed in a size expression"
+            )));
         }
         let node = evalexpr::build_operator_tree(text).map_err(|e| parse_err(e.to_string()))?;
         Ok(Expr {
@@ -117,7 +122,10 @@ impl Expr {
     }
 
     /// Checks that every identifier is one of `known`.
-    pub fn check_names<'a>(&self, known: impl IntoIterator<Item = &'a str> + Clone) -> Result<(), ExprError> {
+    pub fn check_names<'a>(
+        &self,
+        known: impl IntoIterator<Item = &'a str> + Clone,
+    ) -> Result<(), ExprError> {
         for v in self.variables() {
             if !known.clone().into_iter().any(|k| k == v) {
                 return Err(ExprError::UnknownName {
@@ -134,14 +142,18 @@ impl Expr {
     pub fn eval_int(&self, sizes: &Sizes) -> Result<i64, ExprError> {
         self.check_names(sizes.keys().map(String::as_str))?;
         let ctx = SizeContext::new(sizes);
-        self.node.eval_int_with_context(&ctx).map_err(|e| self.eval_err(e))
+        self.node
+            .eval_int_with_context(&ctx)
+            .map_err(|e| self.eval_err(e))
     }
 
     /// Evaluates to a float (integers are converted).
     pub fn eval_f64(&self, sizes: &Sizes) -> Result<f64, ExprError> {
         self.check_names(sizes.keys().map(String::as_str))?;
         let ctx = SizeContext::new(sizes);
-        self.node.eval_number_with_context(&ctx).map_err(|e| self.eval_err(e))
+        self.node
+            .eval_number_with_context(&ctx)
+            .map_err(|e| self.eval_err(e))
     }
 
     fn eval_err(&self, e: EvalexprError) -> ExprError {
@@ -159,15 +171,18 @@ struct SizeContext {
 impl SizeContext {
     fn new(sizes: &Sizes) -> Self {
         SizeContext {
-            values: sizes.iter().map(|(k, v)| (k.clone(), Value::Int(*v))).collect(),
+            values: sizes
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::Int(*v)))
+                .collect(),
         }
     }
 }
 
 fn two_ints(argument: &Value, name: &str) -> EvalexprResult<(i64, i64)> {
-    let t = argument.as_fixed_len_tuple(2).map_err(|_| {
-        EvalexprError::CustomMessage(format!("{name} takes two integer arguments"))
-    })?;
+    let t = argument
+        .as_fixed_len_tuple(2)
+        .map_err(|_| EvalexprError::CustomMessage(format!("{name} takes two integer arguments")))?;
     Ok((t[0].as_int()?, t[1].as_int()?))
 }
 
@@ -226,7 +241,11 @@ mod tests {
             ("256*4", 1024),
         ];
         for (text, want) in cases {
-            assert_eq!(Expr::parse(text).unwrap().eval_int(&s).unwrap(), want, "{text}");
+            assert_eq!(
+                Expr::parse(text).unwrap().eval_int(&s).unwrap(),
+                want,
+                "{text}"
+            );
         }
     }
 
@@ -234,17 +253,31 @@ mod tests {
     fn unknown_names_and_functions_are_errors() {
         let s = sizes(&[("n", 10)]);
         let e = Expr::parse("m * 2").unwrap().eval_int(&s).unwrap_err();
-        assert!(matches!(e, ExprError::UnknownName { ref name, .. } if name == "m"), "{e}");
-        let e = Expr::parse("str::to_lowercase(n)").unwrap().eval_int(&s).unwrap_err();
+        assert!(
+            matches!(e, ExprError::UnknownName { ref name, .. } if name == "m"),
+            "{e}"
+        );
+        let e = Expr::parse("str::to_lowercase(n)")
+            .unwrap()
+            .eval_int(&s)
+            .unwrap_err();
         assert!(e.to_string().contains("unknown function"), "{e}");
-        let e = Expr::parse("ceil_div(n, 0)").unwrap().eval_int(&s).unwrap_err();
+        let e = Expr::parse("ceil_div(n, 0)")
+            .unwrap()
+            .eval_int(&s)
+            .unwrap_err();
         assert!(e.to_string().contains("divisor must be positive"), "{e}");
     }
 
     #[test]
     fn rejects_assignment_and_garbage() {
         for text in ["n = 3", "", "a; b", "\"x\"", "(((", "n +"] {
-            assert!(Expr::parse(text).and_then(|e| e.eval_int(&sizes(&[("n", 1)]))).is_err(), "{text}");
+            assert!(
+                Expr::parse(text)
+                    .and_then(|e| e.eval_int(&sizes(&[("n", 1)])))
+                    .is_err(),
+                "{text}"
+            );
         }
         assert!(Expr::parse(&"1+".repeat(400)).is_err());
     }

@@ -14,26 +14,49 @@ impl Task {
             TaskKind::C2cuda => ("C function", "c"),
             TaskKind::Torch2cuda => ("PyTorch module", "python"),
         };
-        let _ = writeln!(p, "Write a fast CUDA implementation of this {what} ({}).\n", self.title);
+        let _ = writeln!(
+            p,
+            "Write a fast CUDA implementation of this {what} ({}).\n",
+            self.title
+        );
         let _ = writeln!(p, "```{lang}\n{}\n```\n", self.original.trim_end());
-        let _ = writeln!(p, "Kernel parameters, in this order (the default arguments of every launch):");
+        let _ = writeln!(
+            p,
+            "Kernel parameters, in this order (the default arguments of every launch):"
+        );
         for param in &self.params {
             match param {
-                Param::Buffer { name, direction, dtype, len } => {
+                Param::Buffer {
+                    name,
+                    direction,
+                    dtype,
+                    len,
+                } => {
                     let role = match direction {
                         Direction::In => "input, read-only",
                         Direction::Out => "output",
                         Direction::Inout => "input and output",
                     };
-                    let c = if *direction == Direction::In { "const " } else { "" };
-                    let _ = writeln!(p, "- `{c}{}* {name}`: {role}, {len} elements", dtype.cuda_type());
+                    let c = if *direction == Direction::In {
+                        "const "
+                    } else {
+                        ""
+                    };
+                    let _ = writeln!(
+                        p,
+                        "- `{c}{}* {name}`: {role}, {len} elements",
+                        dtype.cuda_type()
+                    );
                 }
                 Param::Scalar { name, dtype, value } => {
                     let _ = writeln!(p, "- `{} {name}` = {value}", dtype.cuda_type());
                 }
             }
         }
-        let _ = writeln!(p, "\nIt is checked on these sizes (and timed on the largest):");
+        let _ = writeln!(
+            p,
+            "\nIt is checked on these sizes (and timed on the largest):"
+        );
         for c in &self.configs {
             let sizes: Vec<String> = c.sizes.iter().map(|(k, v)| format!("{k} = {v}")).collect();
             let _ = writeln!(p, "- {}", sizes.join(", "));

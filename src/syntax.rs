@@ -18,7 +18,10 @@ pub struct SyntaxStage {
 /// Parses `source` with tree-sitter-cuda and counts problems. Never panics.
 pub fn check(source: &[u8]) -> SyntaxStage {
     let mut parser = tree_sitter::Parser::new();
-    if parser.set_language(&tree_sitter_cuda::LANGUAGE.into()).is_err() {
+    if parser
+        .set_language(&tree_sitter_cuda::LANGUAGE.into())
+        .is_err()
+    {
         return SyntaxStage {
             ok: false,
             error_nodes: 1,

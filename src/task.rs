@@ -61,7 +61,15 @@ pub enum DType {
 
 impl DType {
     /// All dtypes, in the order of the docs.
-    pub const ALL: [DType; 7] = [DType::F32, DType::F64, DType::F16, DType::Bf16, DType::I32, DType::I64, DType::U8];
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::Bf16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+    ];
 
     /// Parses the name used in task files.
     pub fn parse(s: &str) -> Option<DType> {
@@ -279,12 +287,19 @@ impl Distribution {
 
     /// Whether the values differ between two input sets (false for `arange` and `constant`).
     pub fn is_random(&self) -> bool {
-        matches!(self, Distribution::Uniform { .. } | Distribution::Normal { .. } | Distribution::IntRange { .. })
+        matches!(
+            self,
+            Distribution::Uniform { .. }
+                | Distribution::Normal { .. }
+                | Distribution::IntRange { .. }
+        )
     }
 
     fn bounds(&self) -> Vec<&Bound> {
         match self {
-            Distribution::Uniform { low, high } | Distribution::IntRange { low, high } => vec![low, high],
+            Distribution::Uniform { low, high } | Distribution::IntRange { low, high } => {
+                vec![low, high]
+            }
             Distribution::Normal { mean, std } => vec![mean, std],
             Distribution::Arange { start, step } => vec![start, step],
             Distribution::Constant { value } => vec![value],
@@ -304,7 +319,10 @@ pub struct Tolerance {
 
 impl Default for Tolerance {
     fn default() -> Self {
-        Tolerance { atol: 1e-5, rtol: 1e-5 }
+        Tolerance {
+            atol: 1e-5,
+            rtol: 1e-5,
+        }
     }
 }
 
@@ -437,15 +455,27 @@ fn is_identifier(s: &str) -> bool {
 }
 
 /// Reads a file that must stay inside the task folder.
-fn read_task_file(dir: &Path, toml: &Path, field: &str, name: &str) -> Result<(PathBuf, String), TaskError> {
+fn read_task_file(
+    dir: &Path,
+    toml: &Path,
+    field: &str,
+    name: &str,
+) -> Result<(PathBuf, String), TaskError> {
     let invalid = |message: String| TaskError::Invalid {
         path: toml.to_path_buf(),
         field: field.to_string(),
         message,
     };
     let rel = Path::new(name);
-    if name.is_empty() || rel.is_absolute() || rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-        return Err(invalid(format!("`{name}` must be a file name inside the task folder")));
+    if name.is_empty()
+        || rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(invalid(format!(
+            "`{name}` must be a file name inside the task folder"
+        )));
     }
     let path = dir.join(rel);
     match std::fs::read(&path) {
@@ -468,8 +498,15 @@ impl Task {
     /// Loads a task with explicit limits.
     pub fn load_with(path: impl AsRef<Path>, limits: &TaskLimits) -> Result<Task, TaskError> {
         let path = path.as_ref();
-        let toml_path = if path.is_dir() { path.join("task.toml") } else { path.to_path_buf() };
-        let dir = toml_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        let toml_path = if path.is_dir() {
+            path.join("task.toml")
+        } else {
+            path.to_path_buf()
+        };
+        let dir = toml_path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
         let text = std::fs::read_to_string(&toml_path).map_err(|source| TaskError::Io {
             path: toml_path.clone(),
             source,
@@ -479,7 +516,12 @@ impl Task {
 
     /// Parses and validates task TOML text; `toml_path` is used in messages and `dir` to
     /// find the files it names.
-    pub fn from_toml_str(text: &str, toml_path: &Path, dir: &Path, limits: &TaskLimits) -> Result<Task, TaskError> {
+    pub fn from_toml_str(
+        text: &str,
+        toml_path: &Path,
+        dir: &Path,
+        limits: &TaskLimits,
+    ) -> Result<Task, TaskError> {
         let raw: RawTask = toml::from_str(text).map_err(|e| TaskError::Parse {
             path: toml_path.to_path_buf(),
             message: e.to_string(),
@@ -490,38 +532,69 @@ impl Task {
             message,
         };
 
-        if raw.id.is_empty() || !raw.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-            return Err(invalid("id".into(), format!("`{}` must match [a-z0-9_]+", raw.id)));
+        if raw.id.is_empty()
+            || !raw
+                .id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            return Err(invalid(
+                "id".into(),
+                format!("`{}` must match [a-z0-9_]+", raw.id),
+            ));
         }
         if let Some(folder) = dir.file_name().and_then(|f| f.to_str()) {
             if folder != raw.id && dir.join("task.toml") == toml_path {
-                return Err(invalid("id".into(), format!("`{}` differs from the folder name `{folder}`", raw.id)));
+                return Err(invalid(
+                    "id".into(),
+                    format!("`{}` differs from the folder name `{folder}`", raw.id),
+                ));
             }
         }
         let kind = match raw.kind.as_str() {
             "c2cuda" => TaskKind::C2cuda,
             "torch2cuda" => TaskKind::Torch2cuda,
-            other => return Err(invalid("kind".into(), format!("unknown kind `{other}` (expected c2cuda or torch2cuda)"))),
+            other => {
+                return Err(invalid(
+                    "kind".into(),
+                    format!("unknown kind `{other}` (expected c2cuda or torch2cuda)"),
+                ))
+            }
         };
 
         // Configs first: expressions are checked against their size names.
         if raw.configs.is_empty() {
-            return Err(invalid("configs".into(), "at least one [[configs]] entry is required".into()));
+            return Err(invalid(
+                "configs".into(),
+                "at least one [[configs]] entry is required".into(),
+            ));
         }
         let mut seen = BTreeSet::new();
         for (i, c) in raw.configs.iter().enumerate() {
             if !seen.insert(c.name.as_str()) {
-                return Err(invalid(format!("configs[{i}].name"), format!("duplicate config name `{}`", c.name)));
+                return Err(invalid(
+                    format!("configs[{i}].name"),
+                    format!("duplicate config name `{}`", c.name),
+                ));
             }
             if c.sizes.is_empty() {
-                return Err(invalid(format!("configs[{i}].sizes"), "no sizes given".into()));
+                return Err(invalid(
+                    format!("configs[{i}].sizes"),
+                    "no sizes given".into(),
+                ));
             }
             for (name, v) in &c.sizes {
                 if !is_identifier(name) {
-                    return Err(invalid(format!("configs[{i}].sizes.{name}"), "size names must be identifiers".into()));
+                    return Err(invalid(
+                        format!("configs[{i}].sizes.{name}"),
+                        "size names must be identifiers".into(),
+                    ));
                 }
                 if *v < 0 {
-                    return Err(invalid(format!("configs[{i}].sizes.{name}"), format!("size {v} is negative")));
+                    return Err(invalid(
+                        format!("configs[{i}].sizes.{name}"),
+                        format!("size {v} is negative"),
+                    ));
                 }
             }
         }
@@ -531,28 +604,56 @@ impl Task {
         for (i, p) in raw.params.into_iter().enumerate() {
             let field = |f: &str| format!("params[{i}].{f}");
             if !is_identifier(&p.name) {
-                return Err(invalid(field("name"), format!("`{}` is not an identifier", p.name)));
+                return Err(invalid(
+                    field("name"),
+                    format!("`{}` is not an identifier", p.name),
+                ));
             }
             if !names.insert(p.name.clone()) {
-                return Err(invalid(field("name"), format!("duplicate parameter name `{}`", p.name)));
+                return Err(invalid(
+                    field("name"),
+                    format!("duplicate parameter name `{}`", p.name),
+                ));
             }
             let dtype = DType::parse(&p.dtype).ok_or_else(|| {
-                invalid(field("dtype"), format!("unknown dtype `{}` (expected one of f32, f64, f16, bf16, i32, i64, u8)", p.dtype))
+                invalid(
+                    field("dtype"),
+                    format!(
+                        "unknown dtype `{}` (expected one of f32, f64, f16, bf16, i32, i64, u8)",
+                        p.dtype
+                    ),
+                )
             })?;
             let parse_expr = |f: &str, text: &str| -> Result<Expr, TaskError> {
                 let e = Expr::parse(text).map_err(|e| invalid(field(f), e.to_string()))?;
                 for (ci, c) in raw.configs.iter().enumerate() {
                     e.check_names(c.sizes.keys().map(String::as_str))
-                        .map_err(|err| invalid(field(f), format!("{err} in config `{}` (configs[{ci}])", c.name)))?;
+                        .map_err(|err| {
+                            invalid(
+                                field(f),
+                                format!("{err} in config `{}` (configs[{ci}])", c.name),
+                            )
+                        })?;
                 }
                 Ok(e)
             };
             let param = match p.kind.as_str() {
                 "buffer" => {
-                    let dir_text = p.direction.as_deref().ok_or_else(|| invalid(field("direction"), "buffers need a direction (in, out, inout)".into()))?;
-                    let direction = Direction::parse(dir_text)
-                        .ok_or_else(|| invalid(field("direction"), format!("unknown direction `{dir_text}` (expected in, out or inout)")))?;
-                    let len_text = p.len.as_deref().ok_or_else(|| invalid(field("len"), "buffers need a length expression".into()))?;
+                    let dir_text = p.direction.as_deref().ok_or_else(|| {
+                        invalid(
+                            field("direction"),
+                            "buffers need a direction (in, out, inout)".into(),
+                        )
+                    })?;
+                    let direction = Direction::parse(dir_text).ok_or_else(|| {
+                        invalid(
+                            field("direction"),
+                            format!("unknown direction `{dir_text}` (expected in, out or inout)"),
+                        )
+                    })?;
+                    let len_text = p.len.as_deref().ok_or_else(|| {
+                        invalid(field("len"), "buffers need a length expression".into())
+                    })?;
                     Param::Buffer {
                         name: p.name,
                         direction,
@@ -561,19 +662,32 @@ impl Task {
                     }
                 }
                 "scalar" => {
-                    let value_text = p.value.as_deref().ok_or_else(|| invalid(field("value"), "scalars need a value expression".into()))?;
+                    let value_text = p.value.as_deref().ok_or_else(|| {
+                        invalid(field("value"), "scalars need a value expression".into())
+                    })?;
                     Param::Scalar {
                         name: p.name,
                         dtype,
                         value: parse_expr("value", value_text)?,
                     }
                 }
-                other => return Err(invalid(field("kind"), format!("unknown parameter kind `{other}` (expected buffer or scalar)"))),
+                other => {
+                    return Err(invalid(
+                        field("kind"),
+                        format!("unknown parameter kind `{other}` (expected buffer or scalar)"),
+                    ))
+                }
             };
             params.push(param);
         }
-        if !params.iter().any(|p| matches!(p, Param::Buffer { direction, .. } if direction.is_output())) {
-            return Err(invalid("params".into(), "the ABI has no out or inout buffer, so nothing can be checked".into()));
+        if !params
+            .iter()
+            .any(|p| matches!(p, Param::Buffer { direction, .. } if direction.is_output()))
+        {
+            return Err(invalid(
+                "params".into(),
+                "the ABI has no out or inout buffer, so nothing can be checked".into(),
+            ));
         }
 
         // Distributions: only for input buffers; defaults filled in.
@@ -587,13 +701,21 @@ impl Task {
             }
             for b in dist.bounds() {
                 for c in &raw.configs {
-                    b.eval(&c.sizes).map_err(|e| invalid(field.clone(), format!("{e} in config `{}`", c.name)))?;
+                    b.eval(&c.sizes).map_err(|e| {
+                        invalid(field.clone(), format!("{e} in config `{}`", c.name))
+                    })?;
                 }
             }
             inputs.insert(name.clone(), dist.clone());
         }
         for p in &params {
-            if let Param::Buffer { name, direction, dtype, .. } = p {
+            if let Param::Buffer {
+                name,
+                direction,
+                dtype,
+                ..
+            } = p
+            {
                 if direction.is_input() && !inputs.contains_key(name) {
                     inputs.insert(name.clone(), Distribution::default_for(*dtype));
                 }
@@ -601,14 +723,22 @@ impl Task {
         }
 
         let tolerance = raw.tolerance.unwrap_or_default();
-        if !(tolerance.atol >= 0.0 && tolerance.rtol >= 0.0) || !tolerance.atol.is_finite() || !tolerance.rtol.is_finite() {
-            return Err(invalid("tolerance".into(), "atol and rtol must be finite and >= 0".into()));
+        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        if !(valid(tolerance.atol) && valid(tolerance.rtol)) {
+            return Err(invalid(
+                "tolerance".into(),
+                "atol and rtol must be finite and >= 0".into(),
+            ));
         }
 
         let (_, original) = read_task_file(dir, toml_path, "original", &raw.original)?;
         let load_impl = |field: String, file: &str| -> Result<Implementation, TaskError> {
             let (path, source) = read_task_file(dir, toml_path, &field, file)?;
-            let name = Path::new(file).file_stem().and_then(|s| s.to_str()).unwrap_or(file).to_string();
+            let name = Path::new(file)
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or(file)
+                .to_string();
             Ok(Implementation { name, path, source })
         };
         let reference = load_impl("reference".into(), &raw.reference)?;
@@ -617,7 +747,10 @@ impl Task {
         for (i, f) in raw.implementations.iter().enumerate() {
             let imp = load_impl(format!("implementations[{i}]"), f)?;
             if !impl_names.insert(imp.name.clone()) {
-                return Err(invalid(format!("implementations[{i}]"), format!("duplicate implementation name `{}`", imp.name)));
+                return Err(invalid(
+                    format!("implementations[{i}]"),
+                    format!("duplicate implementation name `{}`", imp.name),
+                ));
             }
             implementations.push(imp);
         }
@@ -637,9 +770,12 @@ impl Task {
             implementations,
         };
         for (ci, c) in task.configs.iter().enumerate() {
-            let bytes = task
-                .buffer_bytes(c)
-                .map_err(|m| invalid(format!("configs[{ci}]"), format!("config `{}`: {m}", c.name)))?;
+            let bytes = task.buffer_bytes(c).map_err(|m| {
+                invalid(
+                    format!("configs[{ci}]"),
+                    format!("config `{}`: {m}", c.name),
+                )
+            })?;
             if bytes > limits.max_buffer_bytes {
                 return Err(invalid(
                     format!("configs[{ci}]"),
@@ -657,10 +793,17 @@ impl Task {
     pub fn buffer_lens(&self, config: &InputConfig) -> Result<Vec<(&str, DType, u64)>, String> {
         let mut out = Vec::new();
         for p in &self.params {
-            if let Param::Buffer { name, dtype, len, .. } = p {
-                let n = len.eval_int(&config.sizes).map_err(|e| format!("buffer `{name}`: {e}"))?;
+            if let Param::Buffer {
+                name, dtype, len, ..
+            } = p
+            {
+                let n = len
+                    .eval_int(&config.sizes)
+                    .map_err(|e| format!("buffer `{name}`: {e}"))?;
                 if n < 0 {
-                    return Err(format!("buffer `{name}` has negative length {n} (len = {len})"));
+                    return Err(format!(
+                        "buffer `{name}` has negative length {n} (len = {len})"
+                    ));
                 }
                 out.push((name.as_str(), *dtype, n as u64));
             }
@@ -670,11 +813,13 @@ impl Task {
 
     /// Total bytes of all ABI buffers for a config.
     pub fn buffer_bytes(&self, config: &InputConfig) -> Result<u64, String> {
-        self.buffer_lens(config)?.iter().try_fold(0u64, |acc, (name, dtype, n)| {
-            n.checked_mul(dtype.size_bytes())
-                .and_then(|b| acc.checked_add(b))
-                .ok_or_else(|| format!("buffer `{name}` size overflows"))
-        })
+        self.buffer_lens(config)?
+            .iter()
+            .try_fold(0u64, |acc, (name, dtype, n)| {
+                n.checked_mul(dtype.size_bytes())
+                    .and_then(|b| acc.checked_add(b))
+                    .ok_or_else(|| format!("buffer `{name}` size overflows"))
+            })
     }
 
     /// Finds a config by name.
@@ -699,8 +844,17 @@ impl Task {
             .params
             .iter()
             .map(|p| match p {
-                Param::Buffer { name, direction, dtype, .. } => {
-                    let c = if *direction == Direction::In { "const " } else { "" };
+                Param::Buffer {
+                    name,
+                    direction,
+                    dtype,
+                    ..
+                } => {
+                    let c = if *direction == Direction::In {
+                        "const "
+                    } else {
+                        ""
+                    };
                     format!("{c}{}* {name}", dtype.cuda_type())
                 }
                 Param::Scalar { name, dtype, .. } => format!("{} {name}", dtype.cuda_type()),

@@ -28,12 +28,25 @@ fn counts_meet_the_targets() {
     let s = ds.stats(Some(&timings()));
     println!("{s:?}");
     assert!(s.tasks >= 40, "{s:?}");
-    assert!(s.by_kind.c2cuda >= 25 && s.by_kind.torch2cuda >= 15, "{s:?}");
+    assert!(
+        s.by_kind.c2cuda >= 25 && s.by_kind.torch2cuda >= 15,
+        "{s:?}"
+    );
     assert!(s.implementations >= 120 && s.configs >= 120, "{s:?}");
     assert!(s.pairs >= 100, "{s:?}");
     for t in &ds.tasks {
-        assert!(t.configs.len() >= 3, "{}: {} configs", t.id, t.configs.len());
-        assert!(t.implementations.len() >= 2, "{}: reference + {} implementations", t.id, t.implementations.len());
+        assert!(
+            t.configs.len() >= 3,
+            "{}: {} configs",
+            t.id,
+            t.configs.len()
+        );
+        assert!(
+            t.implementations.len() >= 2,
+            "{}: reference + {} implementations",
+            t.id,
+            t.implementations.len()
+        );
     }
 }
 
@@ -69,9 +82,20 @@ fn every_implementation_compiles_with_nvrtc() {
         match compiler.compile(&cand) {
             CompileOutcome::Compiled { module, .. } => {
                 compiled += 1;
-                assert!(module.kernels.iter().all(|k| k.registers > 0), "{}/{}: {:?}", task.id, imp.name, module.kernels);
+                assert!(
+                    module.kernels.iter().all(|k| k.registers > 0),
+                    "{}/{}: {:?}",
+                    task.id,
+                    imp.name,
+                    module.kernels
+                );
             }
-            other => failures.push(format!("{}/{}: {:?}", task.id, imp.name, other.to_stage("sm_90", false))),
+            other => failures.push(format!(
+                "{}/{}: {:?}",
+                task.id,
+                imp.name,
+                other.to_stage("sm_90", false)
+            )),
         }
     }
     println!("compiled {compiled} implementations");
@@ -88,21 +112,45 @@ fn pairs_and_timing_targets() {
     let mut fast_tasks = 0;
     let mut slow_tasks = 0;
     for task in &ds.tasks {
-        let tt = t.tasks.get(&task.id).unwrap_or_else(|| panic!("{} missing from timings", task.id));
+        let tt = t
+            .tasks
+            .get(&task.id)
+            .unwrap_or_else(|| panic!("{} missing from timings", task.id));
         for imp in task.all_implementations() {
-            let e = tt.implementations.get(&imp.name).unwrap_or_else(|| panic!("{}/{} not timed", task.id, imp.name));
-            assert_eq!(e.verdict, "correct", "{}/{}: {:?}", task.id, imp.name, e.reason);
+            let e = tt
+                .implementations
+                .get(&imp.name)
+                .unwrap_or_else(|| panic!("{}/{} not timed", task.id, imp.name));
+            assert_eq!(
+                e.verdict, "correct",
+                "{}/{}: {:?}",
+                task.id, imp.name, e.reason
+            );
         }
-        let speedups: Vec<f64> = tt.implementations.iter().filter(|(n, _)| *n != "reference").filter_map(|(_, e)| e.raw_speedup).collect();
+        let speedups: Vec<f64> = tt
+            .implementations
+            .iter()
+            .filter(|(n, _)| *n != "reference")
+            .filter_map(|(_, e)| e.raw_speedup)
+            .collect();
         fast_tasks += speedups.iter().any(|&s| s >= 2.0) as usize;
         slow_tasks += speedups.iter().any(|&s| s < 0.95) as usize;
     }
-    assert!(fast_tasks * 10 >= ds.tasks.len() * 3, "{fast_tasks} tasks with a >= 2x implementation");
-    assert!(slow_tasks >= 10, "{slow_tasks} tasks with an implementation slower than the reference");
+    assert!(
+        fast_tasks * 10 >= ds.tasks.len() * 3,
+        "{fast_tasks} tasks with a >= 2x implementation"
+    );
+    assert!(
+        slow_tasks >= 10,
+        "{slow_tasks} tasks with an implementation slower than the reference"
+    );
     for p in ds.pairs(&t) {
         assert!(p.log_ratio > 0.0 && p.faster != p.slower);
         let e = &t.tasks[&p.task].implementations;
-        let (f, s) = (e[&p.faster].raw_speedup.unwrap(), e[&p.slower].raw_speedup.unwrap());
+        let (f, s) = (
+            e[&p.faster].raw_speedup.unwrap(),
+            e[&p.slower].raw_speedup.unwrap(),
+        );
         assert!(f > s, "{p:?}");
     }
 }
@@ -135,7 +183,11 @@ fn prompts_are_complete() {
                 assert!(p.contains(&format!("{k} = {v}")), "{}: size {k}", t.id);
             }
         }
-        let lang = if t.kind == TaskKind::C2cuda { "```c\n" } else { "```python\n" };
+        let lang = if t.kind == TaskKind::C2cuda {
+            "```c\n"
+        } else {
+            "```python\n"
+        };
         assert!(p.contains(lang), "{}", t.id);
     }
 }
@@ -144,22 +196,40 @@ fn prompts_are_complete() {
 /// `dataset stats --json` has the documented integer fields.
 #[test]
 fn cli_export_and_stats() {
-    let out = common::cli().args(["dataset", "export", "--format", "jsonl"]).output().expect("run cli");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = common::cli()
+        .args(["dataset", "export", "--format", "jsonl"])
+        .output()
+        .expect("run cli");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).expect("utf8");
-    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
     assert_eq!(lines.len(), dataset().tasks.len());
     for l in &lines {
         assert!(l["id"].is_string() && l["prompt"].as_str().is_some_and(|p| p.len() > 200));
         assert!(matches!(l["kind"].as_str(), Some("c2cuda" | "torch2cuda")));
     }
-    let out = common::cli().args(["dataset", "stats", "--json"]).output().expect("run cli");
+    let out = common::cli()
+        .args(["dataset", "stats", "--json"])
+        .output()
+        .expect("run cli");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats json");
     for k in ["tasks", "implementations", "configs", "pairs"] {
         assert!(v[k].as_u64().is_some(), "{k}: {v}");
     }
-    assert!(v["by_kind"]["c2cuda"].as_u64().is_some() && v["by_kind"]["torch2cuda"].as_u64().is_some());
-    let bad = common::cli().args(["dataset", "export", "--format", "csv"]).output().expect("run cli");
+    assert!(
+        v["by_kind"]["c2cuda"].as_u64().is_some() && v["by_kind"]["torch2cuda"].as_u64().is_some()
+    );
+    let bad = common::cli()
+        .args(["dataset", "export", "--format", "csv"])
+        .output()
+        .expect("run cli");
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown format"));
 }

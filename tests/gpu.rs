@@ -11,7 +11,9 @@ use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission};
 use cudaperf::task::Task;
 
 fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 fn worker() -> Option<PathBuf> {
@@ -32,14 +34,16 @@ struct Case {
 }
 
 fn evaluator(timeout_s: u64) -> Evaluator {
-    let mut opts = EvalOptions::default();
-    opts.compile.worker = worker();
-    opts.exec = ExecOptions {
-        worker: worker(),
-        timeout: Duration::from_secs(timeout_s),
-        workers_per_gpu: 2,
+    let mut opts = EvalOptions {
+        exec: ExecOptions {
+            worker: worker(),
+            timeout: Duration::from_secs(timeout_s),
+            workers_per_gpu: 2,
+            ..Default::default()
+        },
         ..Default::default()
     };
+    opts.compile.worker = worker();
     Evaluator::new(opts)
 }
 
@@ -65,14 +69,24 @@ fn hostile_and_hack_candidates_get_their_verdicts_in_one_pool() {
     let mut cases = Vec::new();
     for dir in ["hostile", "hacks"] {
         let d = root().join("fixtures").join(dir);
-        let m: Manifest = toml::from_str(&std::fs::read_to_string(d.join("manifest.toml")).expect("manifest")).expect("manifest toml");
+        let m: Manifest =
+            toml::from_str(&std::fs::read_to_string(d.join("manifest.toml")).expect("manifest"))
+                .expect("manifest toml");
         for c in m.case {
             let src = std::fs::read_to_string(d.join(&c.file)).expect("case file");
-            cases.push((format!("{dir}/{}", c.file), c.expect, Submission::from_source(src)));
+            cases.push((
+                format!("{dir}/{}", c.file),
+                c.expect,
+                Submission::from_source(src),
+            ));
         }
     }
     // A correct candidate last: the pool must still work after all of the above.
-    cases.push(("tasks/vector_add/reference.cu".into(), vec!["correct".into()], Submission::from_source(task.reference.source.clone())));
+    cases.push((
+        "tasks/vector_add/reference.cu".into(),
+        vec!["correct".into()],
+        Submission::from_source(task.reference.source.clone()),
+    ));
     let subs: Vec<Submission> = cases.iter().map(|c| c.2.clone()).collect();
     let start = std::time::Instant::now();
     let evals = e.evaluate_batch(&task, &subs, Stage::Correctness);
@@ -87,13 +101,36 @@ fn hostile_and_hack_candidates_get_their_verdicts_in_one_pool() {
             .as_ref()
             .map(|x| serde_json::to_string(&x.status).unwrap_or_default())
             .unwrap_or_default();
-        let reasons = ev.stages.correctness.as_ref().map(|c| c.configs.iter().flat_map(|k| k.reasons.clone()).take(2).collect::<Vec<_>>().join("; ")).unwrap_or_default();
-        println!("{:<42} {:<16} {:<16} {} {}", name, expect.join("|"), v.as_str(), detail, reasons);
+        let reasons = ev
+            .stages
+            .correctness
+            .as_ref()
+            .map(|c| {
+                c.configs
+                    .iter()
+                    .flat_map(|k| k.reasons.clone())
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+            .unwrap_or_default();
+        println!(
+            "{:<42} {:<16} {:<16} {} {}",
+            name,
+            expect.join("|"),
+            v.as_str(),
+            detail,
+            reasons
+        );
         if !expect.iter().any(|x| x == v.as_str()) {
             failures.push(format!("{name}: expected {expect:?}, got {v}"));
         }
     }
     let restarts = e.executor().map(|x| x.restarts()).unwrap_or(0);
-    println!("{} cases in {:.1} s, worker restarts: {restarts}", cases.len(), start.elapsed().as_secs_f64());
+    println!(
+        "{} cases in {:.1} s, worker restarts: {restarts}",
+        cases.len(),
+        start.elapsed().as_secs_f64()
+    );
     assert!(failures.is_empty(), "{failures:#?}");
 }

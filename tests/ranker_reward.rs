@@ -20,15 +20,23 @@ fn evaluator() -> Evaluator {
 fn ranker_reward_orders_fixture_pairs_like_the_timings() {
     let e = evaluator();
     let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
-    let t = cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
-    let cases = [("vector_add", "vectorized_float4", "strided_blocks"), ("transpose", "smem_tiled_padded", "reference")];
+    let t =
+        cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
+    let cases = [
+        ("vector_add", "vectorized_float4", "strided_blocks"),
+        ("transpose", "smem_tiled_padded", "reference"),
+    ];
     for (task_id, fast, slow) in cases {
         let task = ds.task(task_id).expect("task");
         let tt = &t.tasks[task_id].implementations;
-        assert!(tt[fast].raw_speedup.unwrap() > tt[slow].raw_speedup.unwrap(), "{task_id}: timings disagree with the case");
+        assert!(
+            tt[fast].raw_speedup.unwrap() > tt[slow].raw_speedup.unwrap(),
+            "{task_id}: timings disagree with the case"
+        );
         let ctx = Context::new(task, &e);
         let score = |name: &str| {
-            let sub = Submission::from_source(task.implementation(name).expect("impl").source.clone());
+            let sub =
+                Submission::from_source(task.implementation(name).expect("impl").source.clone());
             RankerReward.score(&ctx, &sub).expect("ranker reward").value
         };
         let (f, s) = (score(fast), score(slow));
@@ -43,7 +51,13 @@ fn reference_against_itself_is_zero() {
     let e = evaluator();
     let task = common::vector_add();
     let ctx = Context::new(&task, &e);
-    let v = RankerReward.score(&ctx, &Submission::from_source(task.reference.source.clone())).expect("score").value;
+    let v = RankerReward
+        .score(
+            &ctx,
+            &Submission::from_source(task.reference.source.clone()),
+        )
+        .expect("score")
+        .value;
     assert!(v.abs() < 1e-6, "{v}");
 }
 
@@ -69,7 +83,8 @@ fn missing_model_is_unavailable() {
 #[test]
 fn trains_on_the_dataset() {
     let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
-    let t = cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
+    let t =
+        cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
     let data = cudaperf::ranker::ranking_data(&ds, &t, 0).expect("ranking data");
     assert!(data.pairs.len() >= 100 && data.samples.len() >= 100);
     let config = cudaperf::ranker::RankerConfig::new().with_epochs(60);

@@ -10,7 +10,11 @@ use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, RewardE
 use cudaperf::task::Task;
 
 #[derive(Parser)]
-#[command(name = "cudaperf", version, about = "Rewards for RL of CUDA-kernel-writing models")]
+#[command(
+    name = "cudaperf",
+    version,
+    about = "Rewards for RL of CUDA-kernel-writing models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,7 +39,10 @@ struct CompileArgs {
 impl CompileArgs {
     fn options(&self) -> Result<CompileOptions, String> {
         if !cudaperf::compile::valid_arch(&self.arch) {
-            return Err(format!("--arch `{}` is not an sm_XX architecture (e.g. sm_90)", self.arch));
+            return Err(format!(
+                "--arch `{}` is not an sm_XX architecture (e.g. sm_90)",
+                self.arch
+            ));
         }
         if !(self.compile_timeout > 0.0 && self.compile_timeout.is_finite()) {
             return Err("--compile-timeout must be a positive number of seconds".into());
@@ -44,7 +51,11 @@ impl CompileArgs {
             arch: self.arch.clone(),
             cache_dir: self.cache_dir.clone(),
             timeout: std::time::Duration::from_secs_f64(self.compile_timeout),
-            isolation: if self.in_process { Isolation::InProcess } else { Isolation::Auto },
+            isolation: if self.in_process {
+                Isolation::InProcess
+            } else {
+                Isolation::Auto
+            },
             ..Default::default()
         })
     }
@@ -207,11 +218,25 @@ fn preset(name: &str) -> Result<Box<dyn Reward>, String> {
 fn read_submission(path: &PathBuf) -> Result<Submission, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
-    let is_source = matches!(path.extension().and_then(|e| e.to_str()), Some("cu" | "cuh" | "cpp" | "cc"));
-    Ok(if is_source { Submission::from_source(text) } else { Submission::from_completion(text) })
+    let is_source = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("cu" | "cuh" | "cpp" | "cc")
+    );
+    Ok(if is_source {
+        Submission::from_source(text)
+    } else {
+        Submission::from_completion(text)
+    })
 }
 
-fn score(task: PathBuf, files: Vec<PathBuf>, reward: String, step: u64, json: bool, compile: CompileArgs) -> Result<ExitCode, String> {
+fn score(
+    task: PathBuf,
+    files: Vec<PathBuf>,
+    reward: String,
+    step: u64,
+    json: bool,
+    compile: CompileArgs,
+) -> Result<ExitCode, String> {
     let task = Task::load(&task).map_err(|e| e.to_string())?;
     let reward = preset(&reward)?;
     let evaluator = Evaluator::new(EvalOptions {
@@ -219,14 +244,23 @@ fn score(task: PathBuf, files: Vec<PathBuf>, reward: String, step: u64, json: bo
         ..Default::default()
     });
     let ctx = Context::new(&task, &evaluator).at_step(step);
-    let subs = files.iter().map(read_submission).collect::<Result<Vec<_>, _>>()?;
+    let subs = files
+        .iter()
+        .map(read_submission)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut outputs = Vec::new();
     for (file, sub) in files.iter().zip(&subs) {
         let (value, mut report, error) = match reward.score(&ctx, sub) {
-            Ok(s) => (Some(s.value), serde_json::to_value(&s.report).map_err(|e| e.to_string())?, None),
+            Ok(s) => (
+                Some(s.value),
+                serde_json::to_value(&s.report).map_err(|e| e.to_string())?,
+                None,
+            ),
             Err(e) => {
                 let partial = match &e {
-                    RewardError::Unavailable { report, .. } => serde_json::to_value(report).map_err(|e| e.to_string())?,
+                    RewardError::Unavailable { report, .. } => {
+                        serde_json::to_value(report).map_err(|e| e.to_string())?
+                    }
                     _ => serde_json::Value::Object(Default::default()),
                 };
                 (None, partial, Some(e.to_string()))
@@ -234,7 +268,10 @@ fn score(task: PathBuf, files: Vec<PathBuf>, reward: String, step: u64, json: bo
         };
         if let Some(obj) = report.as_object_mut() {
             obj.insert("file".into(), file.display().to_string().into());
-            obj.insert("value".into(), value.map_or(serde_json::Value::Null, Into::into));
+            obj.insert(
+                "value".into(),
+                value.map_or(serde_json::Value::Null, Into::into),
+            );
             if let Some(e) = &error {
                 obj.insert("error".into(), e.clone().into());
             }
@@ -253,16 +290,31 @@ fn score(task: PathBuf, files: Vec<PathBuf>, reward: String, step: u64, json: bo
         outputs.push(report);
     }
     if json {
-        let out = if outputs.len() == 1 { outputs.remove(0) } else { serde_json::Value::Array(outputs) };
-        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+        let out = if outputs.len() == 1 {
+            outputs.remove(0)
+        } else {
+            serde_json::Value::Array(outputs)
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn features(file: PathBuf, task: Option<PathBuf>, json: bool, compile: CompileArgs) -> Result<ExitCode, String> {
+fn features(
+    file: PathBuf,
+    task: Option<PathBuf>,
+    json: bool,
+    compile: CompileArgs,
+) -> Result<ExitCode, String> {
     use cudaperf::reward::{Stage, StructureStage};
     let sub = read_submission(&file)?;
-    let code = sub.code().ok_or_else(|| format!("{}: no code block found", file.display()))?.to_string();
+    let code = sub
+        .code()
+        .ok_or_else(|| format!("{}: no code block found", file.display()))?
+        .to_string();
     let stage: StructureStage = match task {
         Some(t) => {
             let task = Task::load(&t).map_err(|e| e.to_string())?;
@@ -275,7 +327,9 @@ fn features(file: PathBuf, task: Option<PathBuf>, json: bool, compile: CompileAr
             if let Some(err) = &eval.stages.extract.error {
                 eprintln!("note: {err}");
             }
-            eval.stages.structure.ok_or("the structure stage did not run")?
+            eval.stages
+                .structure
+                .ok_or("the structure stage did not run")?
         }
         None => {
             // No task: no ABI to check; occupancy only for launches whose block size and
@@ -285,21 +339,35 @@ fn features(file: PathBuf, task: Option<PathBuf>, json: bool, compile: CompileAr
             if let Ok(cand) = sub.candidate() {
                 let compiler = cudaperf::compile::Compiler::new(compile.options()?);
                 if let Some(module) = compiler.compile(cand).module() {
-                    let spec = cudaperf::analysis::DeviceSpec::by_name("H200").unwrap_or(&cudaperf::analysis::DEVICES[0]);
+                    let spec = cudaperf::analysis::DeviceSpec::by_name("H200")
+                        .unwrap_or(&cudaperf::analysis::DEVICES[0]);
                     for l in &cand.launches {
                         let no_sizes = Default::default();
-                        let threads: Option<i64> = l.block.iter().map(|e| e.eval_int(&no_sizes).ok()).product();
-                        let smem = l.smem.as_ref().map_or(Some(0), |e| e.eval_int(&no_sizes).ok());
+                        let threads: Option<i64> =
+                            l.block.iter().map(|e| e.eval_int(&no_sizes).ok()).product();
+                        let smem = l
+                            .smem
+                            .as_ref()
+                            .map_or(Some(0), |e| e.eval_int(&no_sizes).ok());
                         let r = module.kernels.iter().find(|k| k.name == l.kernel);
                         if let (Some(t), Some(s), Some(r)) = (threads, smem, r) {
-                            if let Ok(o) = cudaperf::analysis::occupancy(spec, r.registers, r.static_smem_bytes as u64, s.max(0) as u64, t.clamp(0, 4096) as u32) {
+                            if let Ok(o) = cudaperf::analysis::occupancy(
+                                spec,
+                                r.registers,
+                                r.static_smem_bytes as u64,
+                                s.max(0) as u64,
+                                t.clamp(0, 4096) as u32,
+                            ) {
                                 occupancy.push(cudaperf::reward::LaunchOccupancy {
                                     kernel: l.kernel.clone(),
                                     block_threads: t as u32,
                                     registers: r.registers,
                                     shared_bytes: r.static_smem_bytes as u64 + s.max(0) as u64,
                                     occupancy: o.occupancy,
-                                    limiter: serde_json::to_value(o.limiter).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+                                    limiter: serde_json::to_value(o.limiter)
+                                        .ok()
+                                        .and_then(|v| v.as_str().map(String::from))
+                                        .unwrap_or_default(),
                                 });
                             }
                         }
@@ -310,20 +378,38 @@ fn features(file: PathBuf, task: Option<PathBuf>, json: bool, compile: CompileAr
             let score = cudaperf::analysis::structural_score(&features, occ, None);
             StructureStage {
                 score: score.value,
-                terms: score.terms.iter().map(|t| cudaperf::reward::Term { name: t.name.clone(), weight: t.weight, value: t.contribution }).collect(),
+                terms: score
+                    .terms
+                    .iter()
+                    .map(|t| cudaperf::reward::Term {
+                        name: t.name.clone(),
+                        weight: t.weight,
+                        value: t.contribution,
+                    })
+                    .collect(),
                 occupancy,
                 features: serde_json::to_value(&features).map_err(|e| e.to_string())?,
             }
         }
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&stage).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&stage).map_err(|e| e.to_string())?
+        );
     } else {
         let t = &stage.features["totals"];
         println!("{}: structural score {:.3}", file.display(), stage.score);
         println!("  global accesses: {}", t["global_accesses"]);
         for o in &stage.occupancy {
-            println!("  occupancy {}: {:.0}% ({} threads, {} registers, limited by {})", o.kernel, 100.0 * o.occupancy, o.block_threads, o.registers, o.limiter);
+            println!(
+                "  occupancy {}: {:.0}% ({} threads, {} registers, limited by {})",
+                o.kernel,
+                100.0 * o.occupancy,
+                o.block_threads,
+                o.registers,
+                o.limiter
+            );
         }
         for term in stage.terms.iter().filter(|t| t.value != 0.0) {
             println!("  {:<32} {:+.3}", term.name, term.value);
@@ -335,7 +421,11 @@ fn features(file: PathBuf, task: Option<PathBuf>, json: bool, compile: CompileAr
 fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
     use cudaperf::dataset::Dataset;
     match command {
-        DatasetCommand::Stats { tasks, timings, json } => {
+        DatasetCommand::Stats {
+            tasks,
+            timings,
+            json,
+        } => {
             let ds = Dataset::load(&tasks).map_err(|e| e.to_string())?;
             let default = PathBuf::from("fixtures/timings/h200.json");
             let path = timings.or_else(|| default.is_file().then_some(default));
@@ -345,19 +435,37 @@ fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
             };
             let s = ds.stats(t.as_ref());
             if json {
-                println!("{}", serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?
+                );
             } else {
-                println!("tasks: {} (c2cuda {}, torch2cuda {})", s.tasks, s.by_kind.c2cuda, s.by_kind.torch2cuda);
-                println!("implementations: {} (reference included)", s.implementations);
+                println!(
+                    "tasks: {} (c2cuda {}, torch2cuda {})",
+                    s.tasks, s.by_kind.c2cuda, s.by_kind.torch2cuda
+                );
+                println!(
+                    "implementations: {} (reference included)",
+                    s.implementations
+                );
                 println!("configs: {}", s.configs);
                 match &path {
-                    Some(p) => println!("pairs: {} (from {}, ties within noise dropped)", s.pairs, p.display()),
+                    Some(p) => println!(
+                        "pairs: {} (from {}, ties within noise dropped)",
+                        s.pairs,
+                        p.display()
+                    ),
                     None => println!("pairs: 0 (no timings file; run `cudaperf measure` on a GPU)"),
                 }
             }
             Ok(ExitCode::SUCCESS)
         }
-        DatasetCommand::Export { tasks, format, split, out } => {
+        DatasetCommand::Export {
+            tasks,
+            format,
+            split,
+            out,
+        } => {
             if format != "jsonl" {
                 return Err(format!("unknown format `{format}` (expected jsonl)"));
             }
@@ -367,16 +475,22 @@ fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
                 "all" => ds.tasks.iter().collect(),
                 "train" => train,
                 "test" => test,
-                other => return Err(format!("unknown split `{other}` (expected all, train or test)")),
+                other => {
+                    return Err(format!(
+                        "unknown split `{other}` (expected all, train or test)"
+                    ))
+                }
             };
             let mut text = String::new();
             for t in chosen {
-                let line = serde_json::json!({"id": t.id, "kind": t.kind.as_str(), "prompt": t.prompt()});
+                let line =
+                    serde_json::json!({"id": t.id, "kind": t.kind.as_str(), "prompt": t.prompt()});
                 text.push_str(&line.to_string());
                 text.push('\n');
             }
             match out {
-                Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?,
+                Some(p) => std::fs::write(&p, text)
+                    .map_err(|e| format!("cannot write {}: {e}", p.display()))?,
                 None => print!("{text}"),
             }
             Ok(ExitCode::SUCCESS)
@@ -412,7 +526,12 @@ fn train_ranker(
     );
     let config = RankerConfig::new().with_epochs(epochs).with_seed(seed);
     let bar = indicatif::ProgressBar::new(epochs as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] epoch {pos}/{len} {msg}").map_err(|e| e.to_string())?);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] epoch {pos}/{len} {msg}",
+        )
+        .map_err(|e| e.to_string())?,
+    );
     let (model, history) = ranker::train(&data, &config, |s| {
         bar.set_position(s.epoch as u64);
         let line = format!(
@@ -446,14 +565,30 @@ fn train_ranker(
             .implementations()
             .map(|(task, imp)| {
                 let f = cudaperf::analysis::analyze(imp.source.as_bytes());
-                ((task.id.clone(), imp.name.clone()), cudaperf::analysis::structural_score(&f, None, None).value)
+                (
+                    (task.id.clone(), imp.name.clone()),
+                    cudaperf::analysis::structural_score(&f, None, None).value,
+                )
             })
             .collect();
-        let hand = ranker::cross_validate_scorer(&data, cv, &config, "hand-weighted structural score", |s| {
-            by_name.get(&(s.task.clone(), s.name.clone())).copied().unwrap_or(0.0)
-        })
+        let hand = ranker::cross_validate_scorer(
+            &data,
+            cv,
+            &config,
+            "hand-weighted structural score",
+            |s| {
+                by_name
+                    .get(&(s.task.clone(), s.name.clone()))
+                    .copied()
+                    .unwrap_or(0.0)
+            },
+        )
         .map_err(|e| e.to_string())?;
-        let pct = |a: &ranker::PairAccuracy| a.accuracy.map_or("-".to_string(), |x| format!("{:.1} % ({} pairs)", 100.0 * x, a.pairs));
+        let pct = |a: &ranker::PairAccuracy| {
+            a.accuracy.map_or("-".to_string(), |x| {
+                format!("{:.1} % ({} pairs)", 100.0 * x, a.pairs)
+            })
+        };
         println!("leave-tasks-out {cv}-fold pairwise accuracy (chance 50 %):");
         println!("| scorer | all pairs | c2cuda | torch2cuda | >= 2x apart | < 2x apart |");
         println!("|---|---|---|---|---|---|");
@@ -470,41 +605,68 @@ fn train_ranker(
             );
         }
         if let Some(p) = report {
-            write_json(&p, &serde_json::json!({"learned": learned, "hand_weighted": hand}))?;
+            write_json(
+                &p,
+                &serde_json::json!({"learned": learned, "hand_weighted": hand}),
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn rank(task: PathBuf, a: PathBuf, b: PathBuf, model: PathBuf, json: bool) -> Result<ExitCode, String> {
+fn rank(
+    task: PathBuf,
+    a: PathBuf,
+    b: PathBuf,
+    model: PathBuf,
+    json: bool,
+) -> Result<ExitCode, String> {
     use cudaperf::ranker::{features_for, TrainedRanker};
     let task = Task::load(&task).map_err(|e| e.to_string())?;
     let ranker = TrainedRanker::load_unchecked(&model).map_err(|e| e.to_string())?;
     let score = |p: &PathBuf| -> Result<f32, String> {
         let sub = read_submission(p)?;
-        let code = sub.code().ok_or_else(|| format!("{}: no code block found", p.display()))?;
+        let code = sub
+            .code()
+            .ok_or_else(|| format!("{}: no code block found", p.display()))?;
         let f = features_for(code, ranker.feature_names()).map_err(|e| e.to_string())?;
         ranker.score(&f).map_err(|e| e.to_string())
     };
     let (sa, sb) = (score(&a)?, score(&b)?);
     let p_a = f64::from(cudaperf::ranker::sigmoid(sa - sb));
-    let (winner, p) = if p_a >= 0.5 { (&a, p_a) } else { (&b, 1.0 - p_a) };
+    let (winner, p) = if p_a >= 0.5 {
+        (&a, p_a)
+    } else {
+        (&b, 1.0 - p_a)
+    };
     if json {
         let v = serde_json::json!({
             "task": task.id, "a": a.display().to_string(), "b": b.display().to_string(),
             "score_a": sa, "score_b": sb, "prob_a_faster": p_a,
             "predicted_faster": winner.display().to_string(), "probability": p,
         });
-        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        );
     } else {
-        println!("{} is predicted faster (p = {:.3}; scores {:.3} vs {:.3})", winner.display(), p, sa, sb);
+        println!(
+            "{} is predicted faster (p = {:.3}; scores {:.3} vs {:.3})",
+            winner.display(),
+            p,
+            sa,
+            sb
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Today's UTC date as YYYY-MM-DD (civil-from-days, no date crate needed).
 fn today() -> String {
-    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86400).unwrap_or(0) as i64;
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() / 86400)
+        .unwrap_or(0) as i64;
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -519,11 +681,20 @@ fn today() -> String {
 
 fn load_tasks(dir: &PathBuf, only: &[String]) -> Result<Vec<Task>, String> {
     let mut tasks = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.join("task.toml").is_file()).collect();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut dirs: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("task.toml").is_file())
+        .collect();
     dirs.sort();
     for d in dirs {
-        let id = d.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let id = d
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
         if !only.is_empty() && !only.contains(&id) {
             continue;
         }
@@ -535,7 +706,14 @@ fn load_tasks(dir: &PathBuf, only: &[String]) -> Result<Vec<Task>, String> {
     Ok(tasks)
 }
 
-fn measure(dir: PathBuf, out: PathBuf, only: Vec<String>, workers_per_gpu: usize, timeout: f64, compile: CompileArgs) -> Result<ExitCode, String> {
+fn measure(
+    dir: PathBuf,
+    out: PathBuf,
+    only: Vec<String>,
+    workers_per_gpu: usize,
+    timeout: f64,
+    compile: CompileArgs,
+) -> Result<ExitCode, String> {
     use cudaperf::reward::Stage;
     use cudaperf::timings::{ImplTiming, TaskTimings, Timings};
     let tasks = load_tasks(&dir, &only)?;
@@ -565,7 +743,10 @@ fn measure(dir: PathBuf, out: PathBuf, only: Vec<String>, workers_per_gpu: usize
     for task in &tasks {
         bar.set_message(task.id.clone());
         let impls: Vec<_> = task.all_implementations().collect();
-        let subs: Vec<Submission> = impls.iter().map(|i| Submission::from_source(i.source.clone())).collect();
+        let subs: Vec<Submission> = impls
+            .iter()
+            .map(|i| Submission::from_source(i.source.clone()))
+            .collect();
         let evals = evaluator.evaluate_batch(task, &subs, Stage::Timing);
         let mut tt = TaskTimings::default();
         for (imp, e) in impls.iter().zip(&evals) {
@@ -587,7 +768,13 @@ fn measure(dir: PathBuf, out: PathBuf, only: Vec<String>, workers_per_gpu: usize
                 task.id,
                 imp.name,
                 verdict.as_str(),
-                t.map_or_else(|| reason.clone().unwrap_or_default(), |t| format!("{:>10.1} us  ref {:>10.1} us  x{:.3}", t.candidate_us, t.reference_us, t.raw_speedup))
+                t.map_or_else(
+                    || reason.clone().unwrap_or_default(),
+                    |t| format!(
+                        "{:>10.1} us  ref {:>10.1} us  x{:.3}",
+                        t.candidate_us, t.reference_us, t.raw_speedup
+                    )
+                )
             );
             // println on a hidden bar (not a terminal) prints nothing; suspend always runs.
             bar.suspend(|| eprintln!("{line}"));
@@ -612,16 +799,22 @@ fn measure(dir: PathBuf, out: PathBuf, only: Vec<String>, workers_per_gpu: usize
     }
     bar.finish_and_clear();
     eprintln!("measured {total} implementations of {} tasks on {}: {failures} not correct or not timed; wrote {}", tasks.len(), timings.device, out.display());
-    Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn write_json(out: &std::path::Path, value: &impl serde::Serialize) -> Result<(), String> {
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     let tmp = out.with_extension("json.tmp");
-    std::fs::write(&tmp, text + "\n").map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::write(&tmp, text + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, out).map_err(|e| format!("cannot write {}: {e}", out.display()))
 }
 
@@ -631,14 +824,21 @@ fn first_reason(e: &cudaperf::reward::Evaluation) -> String {
         return err.clone();
     }
     if let Some(c) = e.stages.compile.as_ref().filter(|c| !c.ok) {
-        return c.reason.clone().unwrap_or_else(|| c.log.lines().take(3).collect::<Vec<_>>().join(" "));
+        return c
+            .reason
+            .clone()
+            .unwrap_or_else(|| c.log.lines().take(3).collect::<Vec<_>>().join(" "));
     }
     if let Some(c) = &e.stages.correctness {
         if let Some(f) = c.configs.iter().find(|c| !c.passed) {
             return format!("config {}: {}", f.config, f.reasons.join("; "));
         }
     }
-    e.stages.execute.as_ref().map(|x| format!("{:?}", x.status)).unwrap_or_else(|| "not run".into())
+    e.stages
+        .execute
+        .as_ref()
+        .map(|x| format!("{:?}", x.status))
+        .unwrap_or_else(|| "not run".into())
 }
 
 fn main() -> ExitCode {
@@ -675,8 +875,19 @@ fn main() -> ExitCode {
             seed,
             report,
         } => train_ranker(tasks, timings, out, plot, cv, ngrams, epochs, seed, report),
-        Command::Rank { task, a, b, model, json } => rank(task, a, b, model, json),
-        Command::Features { file, task, json, compile } => features(file, task, json, compile),
+        Command::Rank {
+            task,
+            a,
+            b,
+            model,
+            json,
+        } => rank(task, a, b, model, json),
+        Command::Features {
+            file,
+            task,
+            json,
+            compile,
+        } => features(file, task, json, compile),
         Command::Dataset { command } => dataset(command),
         Command::Measure {
             tasks,

@@ -32,12 +32,19 @@ pub struct CacheEntry {
 impl CacheEntry {
     /// The cubin bytes.
     pub fn cubin(&self) -> Vec<u8> {
-        base64::engine::general_purpose::STANDARD.decode(&self.cubin_b64).unwrap_or_default()
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.cubin_b64)
+            .unwrap_or_default()
     }
 }
 
 /// Hashes the parts of a compile that determine its result.
-pub fn cache_key(source: &str, flags: &[String], nvrtc_version: (i32, i32), name_exprs: &[String]) -> String {
+pub fn cache_key(
+    source: &str,
+    flags: &[String],
+    nvrtc_version: (i32, i32),
+    name_exprs: &[String],
+) -> String {
     let mut h = Sha256::new();
     for part in [source.as_bytes(), b"\0flags\0"] {
         h.update(part);
@@ -106,7 +113,11 @@ impl CompileCache {
         self.remember(key, Arc::clone(&entry));
         if let Some(dir) = &self.dir {
             std::fs::create_dir_all(dir)?;
-            let tmp = dir.join(format!(".{key}.{}.{:?}.tmp", std::process::id(), std::thread::current().id()));
+            let tmp = dir.join(format!(
+                ".{key}.{}.{:?}.tmp",
+                std::process::id(),
+                std::thread::current().id()
+            ));
             let text = serde_json::to_string(&*entry).map_err(std::io::Error::other)?;
             std::fs::write(&tmp, text)?;
             std::fs::rename(&tmp, Self::path(dir, key))?;

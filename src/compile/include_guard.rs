@@ -117,7 +117,10 @@ pub fn check_includes(source: &str) -> Result<(), ForbiddenInclude> {
             continue;
         };
         let rest = rest.trim_start();
-        let directive: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let directive: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
         let operand = rest[directive.len()..].trim();
         match directive.as_str() {
             "include" => check_operand(line, "#include", operand)?,
@@ -139,9 +142,9 @@ pub fn check_includes(source: &str) -> Result<(), ForbiddenInclude> {
 
 fn check_operand(line: usize, what: &str, operand: &str) -> Result<(), ForbiddenInclude> {
     let name = if let Some(r) = operand.strip_prefix('<') {
-        r.split_once('>').map(|(n, tail)| (n, tail))
+        r.split_once('>')
     } else if let Some(r) = operand.strip_prefix('"') {
-        r.split_once('"').map(|(n, tail)| (n, tail))
+        r.split_once('"')
     } else {
         None
     };
@@ -157,7 +160,9 @@ fn check_operand(line: usize, what: &str, operand: &str) -> Result<(), Forbidden
         }),
         None => Err(ForbiddenInclude {
             line,
-            message: format!("{what} with a computed or malformed operand `{operand}` is not allowed"),
+            message: format!(
+                "{what} with a computed or malformed operand `{operand}` is not allowed"
+            ),
         }),
     }
 }
@@ -167,7 +172,10 @@ fn check_has_include(line: usize, text: &str) -> Result<(), ForbiddenInclude> {
     while let Some(pos) = rest.find("__has_include") {
         let after = rest[pos + "__has_include".len()..].trim_start();
         let after = after.strip_prefix("_next").unwrap_or(after).trim_start();
-        let inner = after.strip_prefix('(').and_then(|a| a.split_once(')')).map(|(i, _)| i.trim());
+        let inner = after
+            .strip_prefix('(')
+            .and_then(|a| a.split_once(')'))
+            .map(|(i, _)| i.trim());
         match inner {
             Some(i) => check_operand(line, "__has_include", i)?,
             None => {

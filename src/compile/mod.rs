@@ -78,7 +78,9 @@ impl Default for CompileOptions {
             cache_dir: None,
             isolation: Isolation::Auto,
             worker: None,
-            workers: std::thread::available_parallelism().map(|n| n.get().min(8)).unwrap_or(2),
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get().min(8))
+                .unwrap_or(2),
             memory_limit_bytes: Some(8 << 30),
         }
     }
@@ -199,7 +201,11 @@ impl CompileOutcome {
             reason: None,
         };
         match self {
-            CompileOutcome::Compiled { module, cached, millis } => {
+            CompileOutcome::Compiled {
+                module,
+                cached,
+                millis,
+            } => {
                 s.ok = true;
                 s.status = "compiled".into();
                 s.log = module.log.clone();
@@ -207,7 +213,11 @@ impl CompileOutcome {
                 s.cached = *cached;
                 s.millis = *millis;
             }
-            CompileOutcome::Failed { log, cached, millis } => {
+            CompileOutcome::Failed {
+                log,
+                cached,
+                millis,
+            } => {
                 s.status = "error".into();
                 s.log = log.clone();
                 s.cached = *cached;
@@ -219,7 +229,9 @@ impl CompileOutcome {
             }
             CompileOutcome::Timeout { limit_ms } => {
                 s.status = "timeout".into();
-                s.reason = Some(format!("compile exceeded its {limit_ms} ms limit and was killed"));
+                s.reason = Some(format!(
+                    "compile exceeded its {limit_ms} ms limit and was killed"
+                ));
             }
             CompileOutcome::Unavailable { reason } => {
                 s.status = "unavailable".into();
@@ -302,7 +314,11 @@ impl Compiler {
 
     /// Compiles a candidate's source, asking for the lowered names of its kernels.
     pub fn compile(&self, candidate: &Candidate) -> CompileOutcome {
-        let exprs: Vec<String> = candidate.launches.iter().map(|l| l.kernel.clone()).collect();
+        let exprs: Vec<String> = candidate
+            .launches
+            .iter()
+            .map(|l| l.kernel.clone())
+            .collect();
         self.compile_source(&candidate.source, &exprs)
     }
 
@@ -311,11 +327,16 @@ impl Compiler {
         let start = Instant::now();
         if !valid_arch(&self.options.arch) {
             return CompileOutcome::Unavailable {
-                reason: format!("invalid target architecture `{}` (expected sm_XX, e.g. sm_90)", self.options.arch),
+                reason: format!(
+                    "invalid target architecture `{}` (expected sm_XX, e.g. sm_90)",
+                    self.options.arch
+                ),
             };
         }
         if let Err(e) = check_includes(source) {
-            return CompileOutcome::Rejected { reason: e.to_string() };
+            return CompileOutcome::Rejected {
+                reason: e.to_string(),
+            };
         }
         if source.contains('\0') {
             return CompileOutcome::Rejected {
@@ -351,11 +372,25 @@ impl Compiler {
                     name_exprs: exprs.clone(),
                 });
                 match pool.run(&job, self.options.timeout) {
-                    JobOutcome::Done(JobResult::Compiled { ok, log, cubin_b64, lowered }) => {
-                        let cubin = base64::engine::general_purpose::STANDARD.decode(cubin_b64).unwrap_or_default();
-                        nvrtc::NvrtcOutput { ok, log, cubin, lowered }
+                    JobOutcome::Done(JobResult::Compiled {
+                        ok,
+                        log,
+                        cubin_b64,
+                        lowered,
+                    }) => {
+                        let cubin = base64::engine::general_purpose::STANDARD
+                            .decode(cubin_b64)
+                            .unwrap_or_default();
+                        nvrtc::NvrtcOutput {
+                            ok,
+                            log,
+                            cubin,
+                            lowered,
+                        }
                     }
-                    JobOutcome::Done(JobResult::Error { message }) => return CompileOutcome::Unavailable { reason: message },
+                    JobOutcome::Done(JobResult::Error { message }) => {
+                        return CompileOutcome::Unavailable { reason: message }
+                    }
                     JobOutcome::Done(other) => {
                         return CompileOutcome::Unavailable {
                             reason: format!("compile worker answered with {other:?}"),
@@ -366,16 +401,28 @@ impl Compiler {
                             limit_ms: limit.as_millis() as u64,
                         }
                     }
-                    JobOutcome::Crashed { reason, stderr_tail } => {
+                    JobOutcome::Crashed {
+                        reason,
+                        stderr_tail,
+                    } => {
                         // Out of memory under RLIMIT_AS ends here too: a candidate's fault.
-                        let tail: String = stderr_tail.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
+                        let tail: String = stderr_tail
+                            .chars()
+                            .rev()
+                            .take(300)
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev()
+                            .collect();
                         return CompileOutcome::Failed {
                             log: format!("the compiler process died: {reason}\n{tail}"),
                             cached: false,
                             millis: start.elapsed().as_secs_f64() * 1e3,
                         };
                     }
-                    JobOutcome::SpawnFailed { reason } => return CompileOutcome::Unavailable { reason },
+                    JobOutcome::SpawnFailed { reason } => {
+                        return CompileOutcome::Unavailable { reason }
+                    }
                 }
             }
             None => match nvrtc::compile(source, "candidate.cu", &flags, &exprs) {
@@ -394,7 +441,11 @@ impl Compiler {
         self.outcome(&entry, false, start)
     }
 
-    fn entry_from(&self, raw: nvrtc::NvrtcOutput, include_dir: Option<&std::path::Path>) -> CacheEntry {
+    fn entry_from(
+        &self,
+        raw: nvrtc::NvrtcOutput,
+        include_dir: Option<&std::path::Path>,
+    ) -> CacheEntry {
         let mut kernels = ptxas::parse_resources(&raw.log);
         for k in &mut kernels {
             if let Some((expr, _)) = raw.lowered.iter().find(|(_, low)| *low == k.name) {
@@ -430,7 +481,11 @@ impl Compiler {
                 millis,
             }
         } else {
-            CompileOutcome::Failed { log, cached, millis }
+            CompileOutcome::Failed {
+                log,
+                cached,
+                millis,
+            }
         }
     }
 }
@@ -449,7 +504,14 @@ mod tests {
         let f = o.flags(Some(std::path::Path::new("/cuda/include")));
         assert_eq!(
             f,
-            ["-arch=sm_80", "-std=c++17", "-Xptxas=-v", "--no-source-include", "-I/cuda/include", "--use_fast_math"]
+            [
+                "-arch=sm_80",
+                "-std=c++17",
+                "-Xptxas=-v",
+                "--no-source-include",
+                "-I/cuda/include",
+                "--use_fast_math"
+            ]
         );
         assert_eq!(CompileOptions::default().flags(None)[0], "-arch=sm_90");
     }
@@ -459,7 +521,14 @@ mod tests {
         for ok in ["sm_90", "sm_90a", "sm_80", "sm_120"] {
             assert!(valid_arch(ok), "{ok}");
         }
-        for bad in ["compute_90", "sm_", "sm_9x", "-arch=sm_90", "sm_90 -I/etc", ""] {
+        for bad in [
+            "compute_90",
+            "sm_",
+            "sm_9x",
+            "-arch=sm_90",
+            "sm_90 -I/etc",
+            "",
+        ] {
             assert!(!valid_arch(bad), "{bad}");
         }
     }

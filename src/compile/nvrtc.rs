@@ -43,7 +43,9 @@ fn python_site_dirs() -> Vec<PathBuf> {
     roots.push(PathBuf::from("/usr/lib"));
     roots.push(PathBuf::from("/opt/conda/lib"));
     for root in roots {
-        let Ok(rd) = std::fs::read_dir(&root) else { continue };
+        let Ok(rd) = std::fs::read_dir(&root) else {
+            continue;
+        };
         for e in rd.flatten() {
             let name = e.file_name();
             if name.to_string_lossy().starts_with("python3") {
@@ -102,7 +104,10 @@ static LOADED: OnceLock<Result<NvrtcLib, String>> = OnceLock::new();
 
 /// Finds and opens NVRTC once per process. The error says where it looked.
 pub fn load() -> Result<&'static NvrtcLib, String> {
-    LOADED.get_or_init(load_uncached).as_ref().map_err(Clone::clone)
+    LOADED
+        .get_or_init(load_uncached)
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 fn load_uncached() -> Result<NvrtcLib, String> {
@@ -118,7 +123,10 @@ fn load_uncached() -> Result<NvrtcLib, String> {
             Ok(lib) => {
                 std::mem::forget(lib);
                 if !unsafe { sys::is_culib_present() } {
-                    tried.push(format!("{} (opened, but cudarc could not find it by name)", path.display()));
+                    tried.push(format!(
+                        "{} (opened, but cudarc could not find it by name)",
+                        path.display()
+                    ));
                     continue;
                 }
                 let version = nvrtc_version()?;
@@ -184,23 +192,42 @@ impl Drop for Program {
 }
 
 fn c_chars_to_string(v: Vec<c_char>) -> String {
-    let bytes: Vec<u8> = v.into_iter().take_while(|&c| c != 0).map(|c| c as u8).collect();
+    let bytes: Vec<u8> = v
+        .into_iter()
+        .take_while(|&c| c != 0)
+        .map(|c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Compiles `source` with `flags`; `name_exprs` are kernel names (possibly templates) whose
 /// lowered names are wanted. Infrastructure failures are `Err`; compile errors are
 /// `Ok(NvrtcOutput { ok: false, .. })`.
-pub fn compile(source: &str, program_name: &str, flags: &[String], name_exprs: &[String]) -> Result<NvrtcOutput, String> {
+pub fn compile(
+    source: &str,
+    program_name: &str,
+    flags: &[String],
+    name_exprs: &[String],
+) -> Result<NvrtcOutput, String> {
     load()?;
     let src = CString::new(source).map_err(|_| "source contains a NUL byte".to_string())?;
-    let name = CString::new(program_name).map_err(|_| "program name contains a NUL byte".to_string())?;
-    let prog = Program(result::create_program(&src, Some(&name)).map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?);
-    let exprs: Vec<CString> = name_exprs.iter().filter_map(|n| CString::new(n.as_str()).ok()).collect();
+    let name =
+        CString::new(program_name).map_err(|_| "program name contains a NUL byte".to_string())?;
+    let prog = Program(
+        result::create_program(&src, Some(&name))
+            .map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?,
+    );
+    let exprs: Vec<CString> = name_exprs
+        .iter()
+        .filter_map(|n| CString::new(n.as_str()).ok())
+        .collect();
     let mut added = Vec::new();
     for (e, text) in exprs.iter().zip(name_exprs) {
         // SAFETY: prog is live; e outlives the call.
-        if unsafe { sys::nvrtcAddNameExpression(prog.0, e.as_ptr()) }.result().is_ok() {
+        if unsafe { sys::nvrtcAddNameExpression(prog.0, e.as_ptr()) }
+            .result()
+            .is_ok()
+        {
             added.push((e, text));
         }
     }
@@ -210,7 +237,9 @@ pub fn compile(source: &str, program_name: &str, flags: &[String], name_exprs: &
     // SAFETY: prog is live; flags are NUL-free (checked above, cudarc unwraps CString::new).
     let compiled = unsafe { result::compile_program(prog.0, flags) };
     // SAFETY: prog is live.
-    let log = unsafe { result::get_program_log(prog.0) }.map(c_chars_to_string).unwrap_or_default();
+    let log = unsafe { result::get_program_log(prog.0) }
+        .map(c_chars_to_string)
+        .unwrap_or_default();
     if compiled.is_err() {
         return Ok(NvrtcOutput {
             ok: false,
@@ -223,7 +252,9 @@ pub fn compile(source: &str, program_name: &str, flags: &[String], name_exprs: &
     // SAFETY: prog compiled; out-parameter.
     unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }
         .result()
-        .map_err(|e| format!("nvrtcGetCUBINSize: {e:?} (compile for a real sm_XX arch, not compute_XX)"))?;
+        .map_err(|e| {
+            format!("nvrtcGetCUBINSize: {e:?} (compile for a real sm_XX arch, not compute_XX)")
+        })?;
     let mut cubin = vec![0u8; size];
     // SAFETY: buffer has the size NVRTC reported.
     unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut c_char) }
@@ -233,11 +264,22 @@ pub fn compile(source: &str, program_name: &str, flags: &[String], name_exprs: &
     for (e, text) in added {
         let mut ptr: *const c_char = std::ptr::null();
         // SAFETY: prog compiled, e was added before compiling; NVRTC owns the returned string.
-        if unsafe { sys::nvrtcGetLoweredName(prog.0, e.as_ptr(), &mut ptr) }.result().is_ok() && !ptr.is_null() {
+        if unsafe { sys::nvrtcGetLoweredName(prog.0, e.as_ptr(), &mut ptr) }
+            .result()
+            .is_ok()
+            && !ptr.is_null()
+        {
             // SAFETY: NUL-terminated string valid while prog lives.
-            let s = unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned();
+            let s = unsafe { std::ffi::CStr::from_ptr(ptr) }
+                .to_string_lossy()
+                .into_owned();
             lowered.push((text.clone(), s));
         }
     }
-    Ok(NvrtcOutput { ok: true, log, cubin, lowered })
+    Ok(NvrtcOutput {
+        ok: true,
+        log,
+        cubin,
+        lowered,
+    })
 }

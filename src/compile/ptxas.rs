@@ -43,7 +43,10 @@ pub fn parse_resources(log: &str) -> Vec<Resources> {
             current = Some(match out.iter().position(|r| r.name == name) {
                 Some(i) => i,
                 None => {
-                    out.push(Resources { name, ..Default::default() });
+                    out.push(Resources {
+                        name,
+                        ..Default::default()
+                    });
                     out.len() - 1
                 }
             });
@@ -51,7 +54,11 @@ pub fn parse_resources(log: &str) -> Vec<Resources> {
         }
         if line.contains("Function properties for") {
             // Device functions have properties too; only entries were announced above.
-            let name = line.split("Function properties for").nth(1).unwrap_or("").trim();
+            let name = line
+                .split("Function properties for")
+                .nth(1)
+                .unwrap_or("")
+                .trim();
             current = out.iter().position(|r| r.name == name);
             continue;
         }
@@ -159,7 +166,10 @@ ptxas info    : Used 12 registers, used 1 barriers, 1024 bytes smem, 384 bytes c
             }
         );
         assert_eq!(r[1].name, "_Z3redILi256EEvPf");
-        assert_eq!((r[1].registers, r[1].barriers, r[1].static_smem_bytes), (12, 1, 1024));
+        assert_eq!(
+            (r[1].registers, r[1].barriers, r[1].static_smem_bytes),
+            (12, 1, 1024)
+        );
     }
 
     #[test]

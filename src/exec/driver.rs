@@ -27,7 +27,10 @@ impl<T> Step<T> for Result<T, result::DriverError> {
     fn during(self, what: impl FnOnce() -> String) -> Result<T, CudaError> {
         self.map_err(|e| CudaError {
             code: e.0 as i32,
-            name: e.error_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("CUresult {}", e.0 as i32)),
+            name: e
+                .error_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| format!("CUresult {}", e.0 as i32)),
             during: what(),
         })
     }
@@ -60,17 +63,24 @@ impl Gpu {
         result::init().during(|| "cuInit".into())?;
         let device = result::device::get(0).during(|| "cuDeviceGet(0)".into())?;
         // SAFETY: device is valid; the context is released in Drop.
-        let ctx = unsafe { result::primary_ctx::retain(device) }.during(|| "cuDevicePrimaryCtxRetain".into())?;
+        let ctx = unsafe { result::primary_ctx::retain(device) }
+            .during(|| "cuDevicePrimaryCtxRetain".into())?;
         // SAFETY: ctx was just retained.
         unsafe { result::ctx::set_current(ctx) }.during(|| "cuCtxSetCurrent".into())?;
-        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).during(|| "cuStreamCreate".into())?;
-        Ok(Gpu { device, ctx, stream })
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .during(|| "cuStreamCreate".into())?;
+        Ok(Gpu {
+            device,
+            ctx,
+            stream,
+        })
     }
 
     /// An integer device attribute.
     pub fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32, CudaError> {
         // SAFETY: device is valid.
-        unsafe { result::device::get_attribute(self.device, attr) }.during(|| format!("cuDeviceGetAttribute({attr:?})"))
+        unsafe { result::device::get_attribute(self.device, attr) }
+            .during(|| format!("cuDeviceGetAttribute({attr:?})"))
     }
 
     /// Device name.
@@ -81,12 +91,16 @@ impl Gpu {
     /// Total device memory.
     pub fn total_memory(&self) -> u64 {
         // SAFETY: device is valid.
-        unsafe { result::device::total_mem(self.device) }.map(|b| b as u64).unwrap_or(0)
+        unsafe { result::device::total_mem(self.device) }
+            .map(|b| b as u64)
+            .unwrap_or(0)
     }
 
     /// Free device memory now.
     pub fn free_memory(&self) -> u64 {
-        result::mem_get_info().map(|(free, _)| free as u64).unwrap_or(0)
+        result::mem_get_info()
+            .map(|(free, _)| free as u64)
+            .unwrap_or(0)
     }
 
     /// Driver version (e.g. 13000).
@@ -127,7 +141,8 @@ impl DeviceBuffer {
     /// Allocates `bytes` (at least 1, so every buffer has a distinct address).
     pub fn alloc(bytes: usize, what: &str) -> Result<DeviceBuffer, CudaError> {
         // SAFETY: plain allocation; freed in Drop.
-        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.during(|| format!("allocating {bytes} bytes for {what}"))?;
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
+            .during(|| format!("allocating {bytes} bytes for {what}"))?;
         Ok(DeviceBuffer { ptr, bytes })
     }
 
@@ -152,7 +167,8 @@ impl DeviceBuffer {
             return Ok(());
         }
         // SAFETY: both own `bytes` bytes.
-        unsafe { result::memcpy_dtod_async(self.ptr, src.ptr, self.bytes, stream) }.during(|| "cuMemcpyDtoDAsync".into())
+        unsafe { result::memcpy_dtod_async(self.ptr, src.ptr, self.bytes, stream) }
+            .during(|| "cuMemcpyDtoDAsync".into())
     }
 
     /// Reads `len` bytes at `offset` to the host (synchronous).
@@ -162,7 +178,8 @@ impl DeviceBuffer {
             return Ok(out);
         }
         // SAFETY: range checked above.
-        unsafe { result::memcpy_dtoh_sync(&mut out, self.ptr + offset as u64) }.during(|| "cuMemcpyDtoH".into())?;
+        unsafe { result::memcpy_dtoh_sync(&mut out, self.ptr + offset as u64) }
+            .during(|| "cuMemcpyDtoH".into())?;
         Ok(out)
     }
 
@@ -212,7 +229,8 @@ impl Module {
             during: format!("kernel name `{symbol}` contains NUL"),
         })?;
         // SAFETY: module is loaded.
-        unsafe { result::module::get_function(self.0, name) }.during(|| format!("cuModuleGetFunction({symbol})"))
+        unsafe { result::module::get_function(self.0, name) }
+            .during(|| format!("cuModuleGetFunction({symbol})"))
     }
 }
 
@@ -231,7 +249,9 @@ pub struct Event(pub sys::CUevent);
 impl Event {
     /// A timing-capable event.
     pub fn new() -> Result<Event, CudaError> {
-        result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map(Event).during(|| "cuEventCreate".into())
+        result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map(Event)
+            .during(|| "cuEventCreate".into())
     }
 
     /// Records on a stream.
@@ -266,7 +286,10 @@ pub fn launch(
     args: &mut [[u8; 8]],
     what: impl FnOnce() -> String,
 ) -> Result<(), CudaError> {
-    let mut ptrs: Vec<*mut c_void> = args.iter_mut().map(|a| a.as_mut_ptr() as *mut c_void).collect();
+    let mut ptrs: Vec<*mut c_void> = args
+        .iter_mut()
+        .map(|a| a.as_mut_ptr() as *mut c_void)
+        .collect();
     if smem > 48 * 1024 {
         // SAFETY: valid function; the driver checks the value against the device limit.
         unsafe {
@@ -277,7 +300,12 @@ pub fn launch(
             )
         }
         .result()
-        .during(|| format!("{} (setting {smem} bytes of dynamic shared memory)", "cuFuncSetAttribute"))?;
+        .during(|| {
+            format!(
+                "{} (setting {smem} bytes of dynamic shared memory)",
+                "cuFuncSetAttribute"
+            )
+        })?;
     }
     // SAFETY: args hold values of the kernel's parameter sizes (little-endian, padded to 8
     // bytes); the driver copies them at launch.
@@ -295,8 +323,18 @@ pub fn launch(
 }
 
 /// Blocks per multiprocessor the driver reports for a launch shape.
-pub fn occupancy_blocks(f: sys::CUfunction, block_threads: u32, smem: u32) -> Result<i32, CudaError> {
+pub fn occupancy_blocks(
+    f: sys::CUfunction,
+    block_threads: u32,
+    smem: u32,
+) -> Result<i32, CudaError> {
     // SAFETY: valid function.
-    unsafe { result::occupancy::max_active_block_per_multiprocessor(f, block_threads as i32, smem as usize) }
-        .during(|| "cuOccupancyMaxActiveBlocksPerMultiprocessor".into())
+    unsafe {
+        result::occupancy::max_active_block_per_multiprocessor(
+            f,
+            block_threads as i32,
+            smem as usize,
+        )
+    }
+    .during(|| "cuOccupancyMaxActiveBlocksPerMultiprocessor".into())
 }

@@ -58,13 +58,17 @@ pub fn visible_gpus() -> Result<Vec<String>, String> {
         return Err("no NVIDIA driver (libcuda) on this machine".into());
     }
     cudarc::driver::result::init().map_err(|e| format!("cuInit failed: {e:?}"))?;
-    let count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    let count = cudarc::driver::result::device::get_count()
+        .map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
     if count <= 0 {
         return Err("the driver reports no GPU".into());
     }
-    let listed: Option<Vec<String>> = std::env::var("CUDA_VISIBLE_DEVICES")
-        .ok()
-        .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect());
+    let listed: Option<Vec<String>> = std::env::var("CUDA_VISIBLE_DEVICES").ok().map(|v| {
+        v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    });
     Ok(match listed {
         Some(l) if !l.is_empty() => l.into_iter().take(count as usize).collect(),
         _ => (0..count).map(|i| i.to_string()).collect(),
@@ -113,7 +117,10 @@ impl Executor {
     /// A fresh input seed, unless pinned.
     pub fn seed(&self) -> u64 {
         self.options.seed.unwrap_or_else(|| {
-            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
             (t as u64) ^ ((t >> 64) as u64) ^ (std::process::id() as u64).rotate_left(32)
         })
     }
@@ -130,27 +137,49 @@ impl Executor {
     /// Runs jobs on all workers at once; results in input order, one per job.
     pub fn run_all(&self, jobs: Vec<ExecJob>) -> Vec<ExecResult> {
         let start = Instant::now();
-        let jobs: Vec<Job> = jobs.into_iter().map(|j| Job::Execute(Box::new(j))).collect();
+        let jobs: Vec<Job> = jobs
+            .into_iter()
+            .map(|j| Job::Execute(Box::new(j)))
+            .collect();
         self.pool
             .run_all(&jobs, self.options.timeout)
             .into_iter()
             .map(|o| {
                 let mut r = match o {
                     JobOutcome::Done(JobResult::Executed(r)) => *r,
-                    JobOutcome::Done(JobResult::Error { message }) => ExecResult::status_only(ExecStatus::Unavailable { reason: message }),
+                    JobOutcome::Done(JobResult::Error { message }) => {
+                        ExecResult::status_only(ExecStatus::Unavailable { reason: message })
+                    }
                     JobOutcome::Done(other) => ExecResult::status_only(ExecStatus::Crashed {
                         reason: format!("unexpected worker answer {other:?}"),
                     }),
                     JobOutcome::Timeout { limit } => ExecResult::status_only(ExecStatus::Timeout {
                         limit_ms: limit.as_millis() as u64,
                     }),
-                    JobOutcome::Crashed { reason, stderr_tail } => {
-                        let tail: String = stderr_tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+                    JobOutcome::Crashed {
+                        reason,
+                        stderr_tail,
+                    } => {
+                        let tail: String = stderr_tail
+                            .lines()
+                            .rev()
+                            .take(5)
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev()
+                            .collect::<Vec<_>>()
+                            .join(" | ");
                         ExecResult::status_only(ExecStatus::Crashed {
-                            reason: if tail.is_empty() { reason } else { format!("{reason}; stderr: {tail}") },
+                            reason: if tail.is_empty() {
+                                reason
+                            } else {
+                                format!("{reason}; stderr: {tail}")
+                            },
                         })
                     }
-                    JobOutcome::SpawnFailed { reason } => ExecResult::status_only(ExecStatus::Unavailable { reason }),
+                    JobOutcome::SpawnFailed { reason } => {
+                        ExecResult::status_only(ExecStatus::Unavailable { reason })
+                    }
                 };
                 if r.millis == 0.0 {
                     r.millis = start.elapsed().as_secs_f64() * 1e3;

@@ -145,7 +145,11 @@ fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Re
         Distribution::Constant { value } => (4, e(value)?, 0.0),
     };
     // Integer buffers cannot hold fractions: uniform/normal become integer-valued.
-    let mode = if !dtype.is_float() && mode <= 1 { 2 } else { mode };
+    let mode = if !dtype.is_float() && mode <= 1 {
+        2
+    } else {
+        mode
+    };
     Ok(Fill {
         mode,
         a,
@@ -170,7 +174,11 @@ impl JobModule {
         use base64::Engine;
         JobModule {
             cubin_b64: base64::engine::general_purpose::STANDARD.encode(module.cubin.as_slice()),
-            symbols: cand.launches.iter().map(|l| (l.kernel.clone(), module.symbol(&l.kernel))).collect(),
+            symbols: cand
+                .launches
+                .iter()
+                .map(|l| (l.kernel.clone(), module.symbol(&l.kernel)))
+                .collect(),
             scratch: cand.scratch.iter().map(|s| s.dtype).collect(),
         }
     }
@@ -206,8 +214,15 @@ impl ExecJob {
         let mut params = Vec::new();
         for param in &task.params {
             match param {
-                Param::Buffer { name, direction, dtype, .. } => {
-                    params.push(JobParam::Buffer { buffer: buffers.len() });
+                Param::Buffer {
+                    name,
+                    direction,
+                    dtype,
+                    ..
+                } => {
+                    params.push(JobParam::Buffer {
+                        buffer: buffers.len(),
+                    });
                     buffers.push(JobBuffer {
                         name: name.clone(),
                         dtype: *dtype,
@@ -225,8 +240,17 @@ impl ExecJob {
                 .configs
                 .get(ci)
                 .ok_or_else(|| BuildError::Reference(format!("config index {ci} out of range")))?;
-            let lens: Vec<u64> = task.buffer_lens(cfg).map_err(BuildError::Reference)?.iter().map(|b| b.2).collect();
-            let bytes: u64 = lens.iter().zip(&buffers).map(|(n, b)| n * b.dtype.size_bytes()).sum();
+            let lens: Vec<u64> = task
+                .buffer_lens(cfg)
+                .map_err(BuildError::Reference)?
+                .iter()
+                .map(|b| b.2)
+                .collect();
+            let bytes: u64 = lens
+                .iter()
+                .zip(&buffers)
+                .map(|(n, b)| n * b.dtype.size_bytes())
+                .sum();
             if bytes > largest {
                 largest = bytes;
                 timing_config = k;
@@ -240,7 +264,12 @@ impl ExecJob {
                         } else {
                             value.eval_int(&cfg.sizes).map(|i| i as f64)
                         };
-                        v.map_err(|e| BuildError::Reference(format!("scalar `{name}` in config `{}`: {e}", cfg.name)))?
+                        v.map_err(|e| {
+                            BuildError::Reference(format!(
+                                "scalar `{name}` in config `{}`: {e}",
+                                cfg.name
+                            ))
+                        })?
                     }
                     Param::Buffer { .. } => 0.0,
                 });
@@ -248,11 +277,17 @@ impl ExecJob {
             let mut fills = Vec::new();
             for b in &buffers {
                 fills.push(if b.direction.is_input() {
-                    let dist = task.inputs.get(&b.name).cloned().unwrap_or_else(|| Distribution::default_for(b.dtype));
-                    Some(
-                        fill_for(&dist, b.dtype, &cfg.sizes)
-                            .map_err(|e| BuildError::Reference(format!("inputs.{} in config `{}`: {e}", b.name, cfg.name)))?,
-                    )
+                    let dist = task
+                        .inputs
+                        .get(&b.name)
+                        .cloned()
+                        .unwrap_or_else(|| Distribution::default_for(b.dtype));
+                    Some(fill_for(&dist, b.dtype, &cfg.sizes).map_err(|e| {
+                        BuildError::Reference(format!(
+                            "inputs.{} in config `{}`: {e}",
+                            b.name, cfg.name
+                        ))
+                    })?)
                 } else {
                     None
                 });
@@ -262,7 +297,11 @@ impl ExecJob {
                 .0
                 .resolve(task, cfg, p.limits)
                 .map_err(|e| BuildError::Reference(format!("reference plan: {e}")))?;
-            let candidate = p.candidate.0.resolve(task, cfg, p.limits).map_err(|e| BuildError::Candidate(e.to_string()))?;
+            let candidate = p
+                .candidate
+                .0
+                .resolve(task, cfg, p.limits)
+                .map_err(|e| BuildError::Candidate(e.to_string()))?;
             configs.push(JobConfig {
                 name: cfg.name.clone(),
                 lens,
@@ -289,7 +328,9 @@ impl ExecJob {
 
     /// Bytes the ABI must move once: inputs read, outputs written (inout both).
     pub fn abi_bytes(&self, config: usize) -> u64 {
-        let Some(c) = self.configs.get(config) else { return 0 };
+        let Some(c) = self.configs.get(config) else {
+            return 0;
+        };
         self.buffers
             .iter()
             .zip(&c.lens)

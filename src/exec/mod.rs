@@ -13,6 +13,8 @@ mod run;
 pub mod timing;
 
 pub use executor::{visible_gpus, ExecOptions, Executor};
-pub use job::{BuildError, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, TimingOptions};
+pub use job::{
+    BuildError, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, TimingOptions,
+};
 pub use report::*;
 pub use run::WorkerState;

@@ -64,7 +64,10 @@ impl ExecStatus {
     pub fn is_candidate_fault(&self) -> bool {
         matches!(
             self,
-            ExecStatus::CudaError { .. } | ExecStatus::InvalidLaunch { .. } | ExecStatus::Timeout { .. } | ExecStatus::Crashed { .. }
+            ExecStatus::CudaError { .. }
+                | ExecStatus::InvalidLaunch { .. }
+                | ExecStatus::Timeout { .. }
+                | ExecStatus::Crashed { .. }
         )
     }
 

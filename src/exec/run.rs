@@ -96,7 +96,8 @@ impl Harness {
         if let Some(dir) = &lib.include_dir {
             flags.push(format!("-I{}", dir.display()));
         }
-        let out = crate::compile::nvrtc::compile(SUPPORT_SOURCE, "cudaperf_support.cu", &flags, &[])?;
+        let out =
+            crate::compile::nvrtc::compile(SUPPORT_SOURCE, "cudaperf_support.cu", &flags, &[])?;
         if !out.ok {
             return Err(format!("harness kernels failed to compile: {}", out.log));
         }
@@ -104,11 +105,25 @@ impl Harness {
         let mut fill = HashMap::new();
         let mut compare = HashMap::new();
         for d in DType::ALL {
-            fill.insert(d, support.function(&format!("fill_{}", d.as_str())).map_err(|e| e.to_string())?);
-            compare.insert(d, support.function(&format!("compare_{}", d.as_str())).map_err(|e| e.to_string())?);
+            fill.insert(
+                d,
+                support
+                    .function(&format!("fill_{}", d.as_str()))
+                    .map_err(|e| e.to_string())?,
+            );
+            compare.insert(
+                d,
+                support
+                    .function(&format!("compare_{}", d.as_str()))
+                    .map_err(|e| e.to_string())?,
+            );
         }
         let stats = DeviceBuffer::alloc(48, "comparison statistics").map_err(|e| e.to_string())?;
-        let flush = DeviceBuffer::alloc((2 * l2.max(1) as usize).next_multiple_of(4), "L2 flush buffer").ok();
+        let flush = DeviceBuffer::alloc(
+            (2 * l2.max(1) as usize).next_multiple_of(4),
+            "L2 flush buffer",
+        )
+        .ok();
         let name = gpu.name();
         let info = DeviceInfo {
             bandwidth_gbps: table_bandwidth(&name).unwrap_or(0.0),
@@ -135,18 +150,48 @@ impl Harness {
         (n.div_ceil(256)).clamp(1, (self.info.sms.max(1) as u64) * 16) as u32
     }
 
-    fn fill(&self, buf: &DeviceBuffer, dtype: DType, n: u64, seed: u64, f: &super::job::Fill) -> Result<(), CudaError> {
+    fn fill(
+        &self,
+        buf: &DeviceBuffer,
+        dtype: DType,
+        n: u64,
+        seed: u64,
+        f: &super::job::Fill,
+    ) -> Result<(), CudaError> {
         if n == 0 {
             return Ok(());
         }
-        let mut args = vec![arg_u64(buf.ptr), arg_u64(n), arg_u64(seed), arg_i32(f.mode), arg_f64(f.a), arg_f64(f.b)];
-        driver::launch(self.fill[&dtype], [self.grid_for(n), 1, 1], [256, 1, 1], 0, self.gpu.stream, &mut args, || {
-            format!("filling inputs ({dtype})")
-        })
+        let mut args = vec![
+            arg_u64(buf.ptr),
+            arg_u64(n),
+            arg_u64(seed),
+            arg_i32(f.mode),
+            arg_f64(f.a),
+            arg_f64(f.b),
+        ];
+        driver::launch(
+            self.fill[&dtype],
+            [self.grid_for(n), 1, 1],
+            [256, 1, 1],
+            0,
+            self.gpu.stream,
+            &mut args,
+            || format!("filling inputs ({dtype})"),
+        )
     }
 
     /// Compares `n` elements; returns the statistics.
-    fn compare(&self, got: &DeviceBuffer, want: &DeviceBuffer, dtype: DType, n: u64, atol: f64, rtol: f64, nan_equal: bool) -> Result<Stats, CudaError> {
+    #[allow(clippy::too_many_arguments)]
+    fn compare(
+        &self,
+        got: &DeviceBuffer,
+        want: &DeviceBuffer,
+        dtype: DType,
+        n: u64,
+        atol: f64,
+        rtol: f64,
+        nan_equal: bool,
+    ) -> Result<Stats, CudaError> {
         let mut init = [0u8; 48];
         init[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
         self.gpu.sync(|| "synchronize before compare".into())?;
@@ -161,13 +206,20 @@ impl Harness {
                 arg_i32(nan_equal as i32),
                 arg_u64(self.stats.ptr),
             ];
-            driver::launch(self.compare[&dtype], [self.grid_for(n), 1, 1], [256, 1, 1], 0, self.gpu.stream, &mut args, || {
-                format!("comparing outputs ({dtype})")
-            })?;
+            driver::launch(
+                self.compare[&dtype],
+                [self.grid_for(n), 1, 1],
+                [256, 1, 1],
+                0,
+                self.gpu.stream,
+                &mut args,
+                || format!("comparing outputs ({dtype})"),
+            )?;
         }
         self.gpu.sync(|| "synchronize after compare".into())?;
         let raw = self.stats.read(0, 48)?;
-        let word = |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let word =
+            |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
         Ok(Stats {
             mismatches: word(0),
             unwritten: word(1),
@@ -253,12 +305,22 @@ fn scalar_arg(dtype: DType, v: f64) -> [u8; 8] {
 
 /// An element read back from the device, as f64.
 fn element_value(dtype: DType, bytes: &[u8]) -> f64 {
-    let b = |n: usize| -> Vec<u8> { bytes.iter().copied().chain(std::iter::repeat(0)).take(n).collect() };
+    let b = |n: usize| -> Vec<u8> {
+        bytes
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(0))
+            .take(n)
+            .collect()
+    };
     match dtype {
         DType::F32 => f32::from_le_bytes(b(4).try_into().unwrap_or([0; 4])) as f64,
         DType::F64 => f64::from_le_bytes(b(8).try_into().unwrap_or([0; 8])),
         DType::F16 => f16_to_f32(u16::from_le_bytes(b(2).try_into().unwrap_or([0; 2]))) as f64,
-        DType::Bf16 => f32::from_bits((u16::from_le_bytes(b(2).try_into().unwrap_or([0; 2])) as u32) << 16) as f64,
+        DType::Bf16 => {
+            f32::from_bits((u16::from_le_bytes(b(2).try_into().unwrap_or([0; 2])) as u32) << 16)
+                as f64
+        }
         DType::I32 => i32::from_le_bytes(b(4).try_into().unwrap_or([0; 4])) as f64,
         DType::I64 => i64::from_le_bytes(b(8).try_into().unwrap_or([0; 8])) as f64,
         DType::U8 => b(1)[0] as f64,
@@ -273,10 +335,19 @@ struct Side {
 
 impl Side {
     fn load(m: &JobModule, what: &str) -> Result<Side, CudaError> {
-        let cubin = base64::engine::general_purpose::STANDARD.decode(&m.cubin_b64).unwrap_or_default();
+        let cubin = base64::engine::general_purpose::STANDARD
+            .decode(&m.cubin_b64)
+            .unwrap_or_default();
         let module = Module::load(&cubin, what)?;
-        let functions = m.symbols.iter().map(|(_, sym)| module.function(sym)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Side { _module: module, functions })
+        let functions = m
+            .symbols
+            .iter()
+            .map(|(_, sym)| module.function(sym))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Side {
+            _module: module,
+            functions,
+        })
     }
 }
 
@@ -297,7 +368,12 @@ struct ConfigBuffers {
 impl Drop for ConfigBuffers {
     fn drop(&mut self) {
         // Reference results must not be readable by whatever allocates this memory next.
-        for b in self.out_ref.iter().flatten().chain(self.saved.iter().flatten()) {
+        for b in self
+            .out_ref
+            .iter()
+            .flatten()
+            .chain(self.saved.iter().flatten())
+        {
             // SAFETY: synchronous memset of owned memory; errors after a sticky fault are moot.
             unsafe {
                 let _ = sys::cuMemsetD8_v2(b.ptr, 0xFF, b.bytes);
@@ -318,7 +394,14 @@ impl WorkerState {
         let start = Instant::now();
         let h = match self.gpu.get_or_insert_with(Harness::open) {
             Ok(h) => h,
-            Err(reason) => return (ExecResult::status_only(ExecStatus::Unavailable { reason: reason.clone() }), false),
+            Err(reason) => {
+                return (
+                    ExecResult::status_only(ExecStatus::Unavailable {
+                        reason: reason.clone(),
+                    }),
+                    false,
+                )
+            }
         };
         let mut gpu_ms = 0.0;
         let outcome = run_job(h, job, &mut gpu_ms);
@@ -335,7 +418,14 @@ impl WorkerState {
                 None,
                 true,
             ),
-            Err(Fault::Reference(e)) => (ExecStatus::ReferenceFailed { reason: e.to_string() }, None, None, true),
+            Err(Fault::Reference(e)) => (
+                ExecStatus::ReferenceFailed {
+                    reason: e.to_string(),
+                },
+                None,
+                None,
+                true,
+            ),
             Err(Fault::Harness(e)) => (
                 ExecStatus::Unavailable {
                     reason: format!("harness failure: {e}"),
@@ -344,7 +434,9 @@ impl WorkerState {
                 None,
                 true,
             ),
-            Err(Fault::Invalid(reason)) => (ExecStatus::InvalidLaunch { reason }, None, None, false),
+            Err(Fault::Invalid(reason)) => {
+                (ExecStatus::InvalidLaunch { reason }, None, None, false)
+            }
         };
         if restart {
             // The context may be poisoned; nothing more runs in this process.
@@ -375,9 +467,15 @@ fn config_bytes(job: &ExecJob, c: &JobConfig) -> u64 {
         };
     }
     let scratch = |plan: &ResolvedPlan, dtypes: &[DType]| -> u64 {
-        plan.scratch_lens.iter().zip(dtypes).map(|(n, d)| n * d.size_bytes()).sum()
+        plan.scratch_lens
+            .iter()
+            .zip(dtypes)
+            .map(|(n, d)| n * d.size_bytes())
+            .sum()
     };
-    total + scratch(&c.reference, &job.reference.scratch) + scratch(&c.candidate, &job.candidate.scratch)
+    total
+        + scratch(&c.reference, &job.reference.scratch)
+        + scratch(&c.candidate, &job.candidate.scratch)
 }
 
 fn alloc_config(job: &ExecJob, c: &JobConfig) -> Result<ConfigBuffers, CudaError> {
@@ -393,26 +491,60 @@ fn alloc_config(job: &ExecJob, c: &JobConfig) -> Result<ConfigBuffers, CudaError
     for (b, &n) in job.buffers.iter().zip(&c.lens) {
         let bytes = (n * b.dtype.size_bytes()) as usize;
         let a = |what: &str| DeviceBuffer::alloc(bytes, &format!("{what} `{}`", b.name)).map(Some);
-        bufs.input.push(if b.direction == Direction::In { a("input")? } else { None });
-        bufs.pristine.push(if b.direction.is_input() { a("pristine copy of")? } else { None });
-        bufs.out_ref.push(if b.direction.is_output() { a("reference output")? } else { None });
-        bufs.out_cand.push(if b.direction.is_output() { a("candidate output")? } else { None });
-        bufs.saved.push(if b.direction.is_output() { a("saved output")? } else { None });
+        bufs.input.push(if b.direction == Direction::In {
+            a("input")?
+        } else {
+            None
+        });
+        bufs.pristine.push(if b.direction.is_input() {
+            a("pristine copy of")?
+        } else {
+            None
+        });
+        bufs.out_ref.push(if b.direction.is_output() {
+            a("reference output")?
+        } else {
+            None
+        });
+        bufs.out_cand.push(if b.direction.is_output() {
+            a("candidate output")?
+        } else {
+            None
+        });
+        bufs.saved.push(if b.direction.is_output() {
+            a("saved output")?
+        } else {
+            None
+        });
     }
     for (n, d) in c.reference.scratch_lens.iter().zip(&job.reference.scratch) {
-        bufs.scratch_ref.push(DeviceBuffer::alloc((n * d.size_bytes()) as usize, "reference scratch")?);
+        bufs.scratch_ref.push(DeviceBuffer::alloc(
+            (n * d.size_bytes()) as usize,
+            "reference scratch",
+        )?);
     }
     for (n, d) in c.candidate.scratch_lens.iter().zip(&job.candidate.scratch) {
-        bufs.scratch_cand.push(DeviceBuffer::alloc((n * d.size_bytes()) as usize, "candidate scratch")?);
+        bufs.scratch_cand.push(DeviceBuffer::alloc(
+            (n * d.size_bytes()) as usize,
+            "candidate scratch",
+        )?);
     }
     Ok(bufs)
 }
 
 /// Fills the inputs of a config with `seed` (in buffers and the pristine copies).
-fn fill_inputs(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers, seed: u64) -> Result<(), CudaError> {
+fn fill_inputs(
+    h: &Harness,
+    job: &ExecJob,
+    c: &JobConfig,
+    bufs: &ConfigBuffers,
+    seed: u64,
+) -> Result<(), CudaError> {
     for (i, b) in job.buffers.iter().enumerate() {
         let Some(f) = &c.fills[i] else { continue };
-        let Some(pristine) = &bufs.pristine[i] else { continue };
+        let Some(pristine) = &bufs.pristine[i] else {
+            continue;
+        };
         // Each buffer gets its own stream of numbers.
         let s = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1));
         h.fill(pristine, b.dtype, c.lens[i], s, f)?;
@@ -432,7 +564,9 @@ fn prepare(h: &Harness, job: &ExecJob, bufs: &ConfigBuffers, who: Who) -> Result
     for (i, b) in job.buffers.iter().enumerate() {
         let Some(o) = &outs[i] else { continue };
         match b.direction {
-            Direction::Inout => o.copy_from(bufs.pristine[i].as_ref().unwrap_or(o), h.gpu.stream)?,
+            Direction::Inout => {
+                o.copy_from(bufs.pristine[i].as_ref().unwrap_or(o), h.gpu.stream)?
+            }
             _ => o.memset(0xFF, h.gpu.stream)?,
         }
     }
@@ -443,7 +577,14 @@ fn prepare(h: &Harness, job: &ExecJob, bufs: &ConfigBuffers, who: Who) -> Result
 }
 
 /// Launches one side's plan (no synchronisation).
-fn launch_plan(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers, side: &Side, who: Who) -> Result<(), CudaError> {
+fn launch_plan(
+    h: &Harness,
+    job: &ExecJob,
+    c: &JobConfig,
+    bufs: &ConfigBuffers,
+    side: &Side,
+    who: Who,
+) -> Result<(), CudaError> {
     let (plan, outs, scratch) = match who {
         Who::Reference => (&c.reference, &bufs.out_ref, &bufs.scratch_ref),
         Who::Candidate => (&c.candidate, &bufs.out_cand, &bufs.scratch_cand),
@@ -476,10 +617,27 @@ fn launch_plan(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers, 
     Ok(())
 }
 
-fn run_side(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers, side: &Side, who: Who) -> Result<(), CudaError> {
+fn run_side(
+    h: &Harness,
+    job: &ExecJob,
+    c: &JobConfig,
+    bufs: &ConfigBuffers,
+    side: &Side,
+    who: Who,
+) -> Result<(), CudaError> {
     prepare(h, job, bufs, who)?;
     launch_plan(h, job, c, bufs, side, who)?;
-    h.gpu.sync(|| format!("synchronize after the {} plan (config `{}`)", if who == Who::Reference { "reference" } else { "candidate" }, c.name))
+    h.gpu.sync(|| {
+        format!(
+            "synchronize after the {} plan (config `{}`)",
+            if who == Who::Reference {
+                "reference"
+            } else {
+                "candidate"
+            },
+            c.name
+        )
+    })
 }
 
 /// Compares every output of the candidate with `want` (per buffer).
@@ -501,8 +659,14 @@ fn compare_outputs(
     };
     let mut first = None;
     for (i, b) in job.buffers.iter().enumerate() {
-        let (Some(g), Some(w)) = (&got[i], &want[i]) else { continue };
-        let (atol, rtol) = if exact { (0.0, 0.0) } else { (job.tolerance.atol, job.tolerance.rtol) };
+        let (Some(g), Some(w)) = (&got[i], &want[i]) else {
+            continue;
+        };
+        let (atol, rtol) = if exact {
+            (0.0, 0.0)
+        } else {
+            (job.tolerance.atol, job.tolerance.rtol)
+        };
         let s = h.compare(g, w, b.dtype, c.lens[i], atol, rtol, nan_equal)?;
         if first.is_none() {
             if let Some(idx) = s.first_index {
@@ -524,7 +688,11 @@ fn compare_outputs(
     Ok((total, first))
 }
 
-fn copy_outputs(h: &Harness, from: &[Option<DeviceBuffer>], to: &[Option<DeviceBuffer>]) -> Result<(), CudaError> {
+fn copy_outputs(
+    h: &Harness,
+    from: &[Option<DeviceBuffer>],
+    to: &[Option<DeviceBuffer>],
+) -> Result<(), CudaError> {
     for (f, t) in from.iter().zip(to) {
         if let (Some(f), Some(t)) = (f, t) {
             t.copy_from(f, h.gpu.stream)?;
@@ -533,10 +701,23 @@ fn copy_outputs(h: &Harness, from: &[Option<DeviceBuffer>], to: &[Option<DeviceB
     Ok(())
 }
 
-fn inputs_modified(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers) -> Result<bool, CudaError> {
+fn inputs_modified(
+    h: &Harness,
+    job: &ExecJob,
+    c: &JobConfig,
+    bufs: &ConfigBuffers,
+) -> Result<bool, CudaError> {
     for (i, _) in job.buffers.iter().enumerate() {
         if let (Some(input), Some(pristine)) = (&bufs.input[i], &bufs.pristine[i]) {
-            let s = h.compare(input, pristine, DType::U8, input.bytes as u64, 0.0, 0.0, true)?;
+            let s = h.compare(
+                input,
+                pristine,
+                DType::U8,
+                input.bytes as u64,
+                0.0,
+                0.0,
+                true,
+            )?;
             if s.mismatches > 0 {
                 // Restore, so later runs see the real inputs.
                 input.copy_from(pristine, h.gpu.stream)?;
@@ -548,7 +729,14 @@ fn inputs_modified(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffe
     Ok(false)
 }
 
-fn check_config(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers, sides: (&Side, &Side), gpu_ms: &mut f64) -> Run<ConfigCheck> {
+fn check_config(
+    h: &Harness,
+    job: &ExecJob,
+    c: &JobConfig,
+    bufs: &ConfigBuffers,
+    sides: (&Side, &Side),
+    gpu_ms: &mut f64,
+) -> Run<ConfigCheck> {
     let (reference, candidate) = sides;
     let mut check = ConfigCheck {
         config: c.name.clone(),
@@ -556,7 +744,13 @@ fn check_config(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers,
         max_abs_err: 0.0,
         max_rel_err: 0.0,
         mismatches: 0,
-        elements: job.buffers.iter().zip(&c.lens).filter(|(b, _)| b.direction.is_output()).map(|(_, n)| *n).sum(),
+        elements: job
+            .buffers
+            .iter()
+            .zip(&c.lens)
+            .filter(|(b, _)| b.direction.is_output())
+            .map(|(_, n)| *n)
+            .sum(),
         first_mismatch: None,
         unwritten: 0,
         inputs_modified: false,
@@ -571,7 +765,15 @@ fn check_config(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers,
     run_side(h, job, c, bufs, reference, Who::Reference).map_err(Fault::Reference)?;
     cand(run_side(h, job, c, bufs, candidate, Who::Candidate))?;
     check.inputs_modified = harness(inputs_modified(h, job, c, bufs))?;
-    let (s, first) = harness(compare_outputs(h, job, c, &bufs.out_cand, &bufs.out_ref, false, false))?;
+    let (s, first) = harness(compare_outputs(
+        h,
+        job,
+        c,
+        &bufs.out_cand,
+        &bufs.out_ref,
+        false,
+        false,
+    ))?;
     check.mismatches = s.mismatches;
     check.unwritten = s.unwritten;
     check.max_abs_err = s.max_abs;
@@ -580,20 +782,50 @@ fn check_config(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers,
     // Second run on fresh poison: races and first-call-only work show up here.
     harness(copy_outputs(h, &bufs.out_cand, &bufs.saved))?;
     cand(run_side(h, job, c, bufs, candidate, Who::Candidate))?;
-    let (again, _) = harness(compare_outputs(h, job, c, &bufs.out_cand, &bufs.saved, true, false))?;
+    let (again, _) = harness(compare_outputs(
+        h,
+        job,
+        c,
+        &bufs.out_cand,
+        &bufs.saved,
+        true,
+        false,
+    ))?;
     check.nondeterministic = again.mismatches > 0;
-    let (again_ref, _) = harness(compare_outputs(h, job, c, &bufs.out_cand, &bufs.out_ref, false, false))?;
+    let (again_ref, _) = harness(compare_outputs(
+        h,
+        job,
+        c,
+        &bufs.out_cand,
+        &bufs.out_ref,
+        false,
+        false,
+    ))?;
     // Input set B: must still match, and must change when the reference changes.
     let random_inputs = c.fills.iter().flatten().any(|f| f.random);
     let mut b_mismatches = 0;
     if random_inputs {
-        harness(fill_inputs(h, job, c, bufs, job.seed.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(1)))?;
+        harness(fill_inputs(
+            h,
+            job,
+            c,
+            bufs,
+            job.seed.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(1),
+        ))?;
         run_side(h, job, c, bufs, reference, Who::Reference).map_err(Fault::Reference)?;
         cand(run_side(h, job, c, bufs, candidate, Who::Candidate))?;
         if harness(inputs_modified(h, job, c, bufs))? {
             check.inputs_modified = true;
         }
-        let (sb, fb) = harness(compare_outputs(h, job, c, &bufs.out_cand, &bufs.out_ref, false, false))?;
+        let (sb, fb) = harness(compare_outputs(
+            h,
+            job,
+            c,
+            &bufs.out_cand,
+            &bufs.out_ref,
+            false,
+            false,
+        ))?;
         b_mismatches = sb.mismatches;
         check.unwritten = check.unwritten.max(sb.unwritten);
         check.max_abs_err = check.max_abs_err.max(sb.max_abs);
@@ -601,20 +833,44 @@ fn check_config(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers,
         if check.first_mismatch.is_none() {
             check.first_mismatch = fb;
         }
-        let (same_cand, _) = harness(compare_outputs(h, job, c, &bufs.out_cand, &bufs.saved, true, true))?;
-        let (ref_changed, _) = harness(compare_outputs(h, job, c, &bufs.out_ref, &bufs.saved, true, false))?;
+        let (same_cand, _) = harness(compare_outputs(
+            h,
+            job,
+            c,
+            &bufs.out_cand,
+            &bufs.saved,
+            true,
+            true,
+        ))?;
+        let (ref_changed, _) = harness(compare_outputs(
+            h,
+            job,
+            c,
+            &bufs.out_ref,
+            &bufs.saved,
+            true,
+            false,
+        ))?;
         check.input_independent = same_cand.mismatches == 0 && ref_changed.mismatches > 0;
     }
     *gpu_ms += t.elapsed().as_secs_f64() * 1e3;
     if check.mismatches > 0 || b_mismatches > 0 {
         check.mismatches = check.mismatches.max(b_mismatches);
-        check.reasons.push(format!("{} of {} output elements differ from the reference", check.mismatches, check.elements));
+        check.reasons.push(format!(
+            "{} of {} output elements differ from the reference",
+            check.mismatches, check.elements
+        ));
     }
     if check.unwritten > 0 {
-        check.reasons.push(format!("{} output elements were never written", check.unwritten));
+        check.reasons.push(format!(
+            "{} output elements were never written",
+            check.unwritten
+        ));
     }
     if check.inputs_modified {
-        check.reasons.push("the candidate modified an input buffer".into());
+        check
+            .reasons
+            .push("the candidate modified an input buffer".into());
     }
     // A second run that disagrees with the first, or fails where the first passed.
     if check.nondeterministic || (check.mismatches == 0 && again_ref.mismatches > 0) {
@@ -622,15 +878,23 @@ fn check_config(h: &Harness, job: &ExecJob, c: &JobConfig, bufs: &ConfigBuffers,
         check.reasons.push("a second run on the same inputs gave a different result (race or first-call-only work)".into());
     }
     if check.input_independent {
-        check.reasons.push("the output did not change when the inputs did".into());
+        check
+            .reasons
+            .push("the output did not change when the inputs did".into());
     }
     check.passed = check.reasons.is_empty();
     Ok(check)
 }
 
-fn run_job(h: &Harness, job: &ExecJob, gpu_ms: &mut f64) -> Run<(CorrectnessStage, Option<TimingStage>)> {
+fn run_job(
+    h: &Harness,
+    job: &ExecJob,
+    gpu_ms: &mut f64,
+) -> Run<(CorrectnessStage, Option<TimingStage>)> {
     if job.params.len() != job.configs.first().map_or(0, |c| c.scalars.len()) {
-        return Err(Fault::Invalid("job parameters and config scalars disagree".into()));
+        return Err(Fault::Invalid(
+            "job parameters and config scalars disagree".into(),
+        ));
     }
     let reference = Side::load(&job.reference, "reference").map_err(Fault::Reference)?;
     let candidate = cand(Side::load(&job.candidate, "candidate"))?;
@@ -660,7 +924,10 @@ fn run_job(h: &Harness, job: &ExecJob, gpu_ms: &mut f64) -> Run<(CorrectnessStag
                         if let Some(last) = checks.last_mut() {
                             last.timed_run_mismatch = true;
                             last.passed = false;
-                            last.reasons.push("the output of the last timed run differs from the reference".into());
+                            last.reasons.push(
+                                "the output of the last timed run differs from the reference"
+                                    .into(),
+                            );
                         }
                     } else {
                         timing_stage = Some(t.0);
@@ -677,7 +944,11 @@ fn run_job(h: &Harness, job: &ExecJob, gpu_ms: &mut f64) -> Run<(CorrectnessStag
     Ok((
         CorrectnessStage {
             passed: passed == checks.len() && !checks.is_empty(),
-            pass_rate: if checks.is_empty() { 0.0 } else { passed as f64 / checks.len() as f64 },
+            pass_rate: if checks.is_empty() {
+                0.0
+            } else {
+                passed as f64 / checks.len() as f64
+            },
             configs: checks,
             seed: job.seed,
         },
@@ -699,22 +970,33 @@ fn time_config(
     let stream = h.gpu.stream;
     // Events for a batch of repetitions: one host synchronisation per batch, not per run.
     const BATCH: u32 = 8;
-    let ev: Vec<Event> = (0..4 * BATCH).map(|_| Event::new()).collect::<Result<_, _>>().map_err(Fault::Harness)?;
+    let ev: Vec<Event> = (0..4 * BATCH)
+        .map(|_| Event::new())
+        .collect::<Result<_, _>>()
+        .map_err(Fault::Harness)?;
     let flush = |rep: u32| -> Result<(), CudaError> {
         if let (true, Some(f)) = (opts.flush_l2, &h.flush) {
             // SAFETY: owned buffer; words = bytes / 4.
-            unsafe { sys::cuMemsetD32Async(f.ptr, rep.wrapping_mul(2654435761), f.bytes / 4, stream) }
-                .result()
-                .map_err(|e| CudaError {
-                    code: e.0 as i32,
-                    name: format!("{:?}", e.0),
-                    during: "L2 flush".into(),
-                })?;
+            unsafe {
+                sys::cuMemsetD32Async(f.ptr, rep.wrapping_mul(2654435761), f.bytes / 4, stream)
+            }
+            .result()
+            .map_err(|e| CudaError {
+                code: e.0 as i32,
+                name: format!("{:?}", e.0),
+                during: "L2 flush".into(),
+            })?;
         }
         Ok(())
     };
     let one = |who: Who, side: &Side, e0: &Event, e1: &Event, rep: u32| -> Run<()> {
-        let wrap = |r: Result<(), CudaError>| if who == Who::Reference { r.map_err(Fault::Reference) } else { r.map_err(Fault::Candidate) };
+        let wrap = |r: Result<(), CudaError>| {
+            if who == Who::Reference {
+                r.map_err(Fault::Reference)
+            } else {
+                r.map_err(Fault::Candidate)
+            }
+        };
         // Poisoned before every timed run too: a candidate that skips work once its output
         // looks done leaves NaN behind, which the last-run check catches.
         wrap(prepare(h, job, bufs, who))?;
@@ -742,7 +1024,9 @@ fn time_config(
                 one(Who::Reference, reference, &e[0], &e[1], r)?;
             }
         }
-        h.gpu.sync(|| "synchronize after timed runs".into()).map_err(Fault::Candidate)?;
+        h.gpu
+            .sync(|| "synchronize after timed runs".into())
+            .map_err(Fault::Candidate)?;
         for b in 0..batch {
             let e = &ev[(4 * b) as usize..(4 * b + 4) as usize];
             let r_us = harness(e[1].elapsed_since(&e[0]))? as f64 * 1e3;
@@ -760,16 +1044,32 @@ fn time_config(
     }
     *gpu_ms += spent_ms;
     // The last timed run's outputs are still in place: check them too.
-    let (last, _) = harness(compare_outputs(h, job, c, &bufs.out_cand, &bufs.out_ref, false, false))?;
+    let (last, _) = harness(compare_outputs(
+        h,
+        job,
+        c,
+        &bufs.out_cand,
+        &bufs.out_ref,
+        false,
+        false,
+    ))?;
     let ref_med = timing::median(&ref_us);
     let cand_med = timing::median(&cand_us);
     let raw = ref_med / cand_med;
     let seed = job.seed ^ 0xA5A5;
     let ci95 = timing::ratio_ci(&ref_us, &cand_us, opts.bootstrap as usize, seed);
     let noise = timing::noise_floor(&ref_us, opts.bootstrap as usize, seed, opts.min_noise_floor);
-    let bandwidth = if job.bandwidth_gbps > 0.0 { job.bandwidth_gbps } else { h.info.bandwidth_gbps };
+    let bandwidth = if job.bandwidth_gbps > 0.0 {
+        job.bandwidth_gbps
+    } else {
+        h.info.bandwidth_gbps
+    };
     let bytes = job.abi_bytes(job.timing_config) as f64;
-    let floor_us = if bandwidth > 0.0 { bytes / (bandwidth * 1e3) } else { 0.0 };
+    let floor_us = if bandwidth > 0.0 {
+        bytes / (bandwidth * 1e3)
+    } else {
+        0.0
+    };
     let implausible = floor_us > 0.0 && cand_med < floor_us;
     let within_noise = (raw - 1.0).abs() <= noise;
     let speedup = if implausible {
@@ -804,7 +1104,11 @@ fn time_config(
             within_noise,
             implausible,
             floor_us,
-            achieved_gbps: if cand_med > 0.0 { bytes / (cand_med * 1e3) } else { 0.0 },
+            achieved_gbps: if cand_med > 0.0 {
+                bytes / (cand_med * 1e3)
+            } else {
+                0.0
+            },
             repetitions: ref_us.len() as u32,
             occupancy,
         },

@@ -38,7 +38,8 @@ pub fn ratio_ci(num: &[f64], den: &[f64], iters: usize, seed: u64) -> [f64; 2] {
         })
         .collect();
     ratios.sort_by(|x, y| x.total_cmp(y));
-    let at = |q: f64| ratios[((q * (ratios.len() - 1) as f64).round() as usize).min(ratios.len() - 1)];
+    let at =
+        |q: f64| ratios[((q * (ratios.len() - 1) as f64).round() as usize).min(ratios.len() - 1)];
     [at(0.025), at(0.975)]
 }
 
@@ -68,8 +69,12 @@ mod tests {
     #[test]
     fn interval_contains_true_ratio_and_is_deterministic() {
         let mut rng = SmallRng::seed_from_u64(7);
-        let r: Vec<f64> = (0..100).map(|_| 100.0 + rng.random_range(-2.0..2.0)).collect();
-        let c: Vec<f64> = (0..100).map(|_| 50.0 + rng.random_range(-1.0..1.0)).collect();
+        let r: Vec<f64> = (0..100)
+            .map(|_| 100.0 + rng.random_range(-2.0..2.0))
+            .collect();
+        let c: Vec<f64> = (0..100)
+            .map(|_| 50.0 + rng.random_range(-1.0..1.0))
+            .collect();
         let ci = ratio_ci(&r, &c, 1000, 1);
         assert!(ci[0] < 2.0 && 2.0 < ci[1], "{ci:?}");
         assert!(ci[1] - ci[0] < 0.1, "{ci:?}");
@@ -79,8 +84,12 @@ mod tests {
     #[test]
     fn noise_floor_tracks_spread() {
         let mut rng = SmallRng::seed_from_u64(3);
-        let quiet: Vec<f64> = (0..100).map(|_| 100.0 + rng.random_range(-0.1..0.1)).collect();
-        let noisy: Vec<f64> = (0..100).map(|_| 100.0 + rng.random_range(-20.0..20.0)).collect();
+        let quiet: Vec<f64> = (0..100)
+            .map(|_| 100.0 + rng.random_range(-0.1..0.1))
+            .collect();
+        let noisy: Vec<f64> = (0..100)
+            .map(|_| 100.0 + rng.random_range(-20.0..20.0))
+            .collect();
         let q = noise_floor(&quiet, 1000, 1, 0.001);
         let n = noise_floor(&noisy, 1000, 1, 0.001);
         assert!(q < 0.01, "{q}");

@@ -10,12 +10,19 @@ use crate::timings::Timings;
 
 /// Feature names: the structural features, then `ngram_buckets` hashed syntax n-grams.
 pub fn feature_names(ngram_buckets: usize) -> Vec<String> {
-    FEATURE_NAMES.iter().map(|s| s.to_string()).chain(syntax_ngram_names(ngram_buckets)).collect()
+    FEATURE_NAMES
+        .iter()
+        .map(|s| s.to_string())
+        .chain(syntax_ngram_names(ngram_buckets))
+        .collect()
 }
 
 /// How many n-gram buckets a model's feature names ask for.
 pub fn ngram_buckets(names: &[String]) -> usize {
-    names.iter().filter(|n| n.starts_with("syntax_ngram_")).count()
+    names
+        .iter()
+        .filter(|n| n.starts_with("syntax_ngram_"))
+        .count()
 }
 
 /// The feature vector of a CUDA source for a model with these feature names.
@@ -41,7 +48,11 @@ pub fn features_for(source: &str, names: &[String]) -> Result<Vec<f32>> {
 }
 
 /// Samples for every correct, timed implementation and the pairs between them.
-pub fn ranking_data(dataset: &Dataset, timings: &Timings, ngram_buckets: usize) -> Result<RankingData> {
+pub fn ranking_data(
+    dataset: &Dataset,
+    timings: &Timings,
+    ngram_buckets: usize,
+) -> Result<RankingData> {
     let names = feature_names(ngram_buckets);
     let pairs = dataset.pairs(timings);
     let mut index: HashMap<(String, String), usize> = HashMap::new();
@@ -52,8 +63,12 @@ pub fn ranking_data(dataset: &Dataset, timings: &Timings, ngram_buckets: usize) 
             if index.contains_key(&key) {
                 continue;
             }
-            let Some(task) = dataset.task(&p.task) else { continue };
-            let Some(imp) = task.implementation(name) else { continue };
+            let Some(task) = dataset.task(&p.task) else {
+                continue;
+            };
+            let Some(imp) = task.implementation(name) else {
+                continue;
+            };
             index.insert(key, samples.len());
             samples.push(Sample {
                 task: task.id.clone(),

@@ -35,8 +35,8 @@
 mod config;
 mod data;
 mod error;
-mod from_dataset;
 mod eval;
+mod from_dataset;
 mod io;
 mod model;
 mod ngrams;
@@ -50,11 +50,11 @@ mod trained;
 pub use config::RankerConfig;
 pub use data::{Pair, RankingData, Sample};
 pub use error::{RankerError, Result};
-pub use from_dataset::{feature_names, features_for, ngram_buckets, ranking_data};
 pub use eval::{
     cross_validate, cross_validate_on, cross_validate_scorer, cv_folds, pairwise_accuracy,
     AccuracyBreakdown, CvReport, FoldReport, PairAccuracy, CLEAR_PAIR_LOG_RATIO,
 };
+pub use from_dataset::{feature_names, features_for, ngram_buckets, ranking_data};
 pub use io::{METADATA_FILE, MODEL_FORMAT, MODEL_FORMAT_VERSION, WEIGHTS_FILE};
 pub use model::{DenseLayer, MlpWeights, ScorerNet};
 pub use ngrams::{syntax_ngram_names, syntax_ngrams};

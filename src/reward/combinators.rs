@@ -41,7 +41,11 @@ impl Reward for Weighted {
         self.name.clone()
     }
     fn needs(&self, ctx: &Context) -> Stage {
-        self.parts.iter().map(|(_, r)| r.needs(ctx)).max().unwrap_or(Stage::Extract)
+        self.parts
+            .iter()
+            .map(|(_, r)| r.needs(ctx))
+            .max()
+            .unwrap_or(Stage::Extract)
     }
     fn value(&self, ctx: &Context, eval: &Evaluation) -> Result<f64> {
         let mut sum = 0.0;
@@ -56,7 +60,11 @@ impl Reward for Weighted {
         self.parts
             .iter()
             .filter_map(|(w, r)| {
-                let value = if *w == 0.0 { 0.0 } else { r.value(ctx, eval).ok()? };
+                let value = if *w == 0.0 {
+                    0.0
+                } else {
+                    r.value(ctx, eval).ok()?
+                };
                 Some(Term {
                     name: r.name(),
                     weight: *w,
@@ -150,10 +158,12 @@ impl Reward for Staged {
         "staged".into()
     }
     fn needs(&self, ctx: &Context) -> Stage {
-        self.current(ctx.step).map_or(Stage::Extract, |r| r.needs(ctx))
+        self.current(ctx.step)
+            .map_or(Stage::Extract, |r| r.needs(ctx))
     }
     fn value(&self, ctx: &Context, eval: &Evaluation) -> Result<f64> {
-        self.current(ctx.step).map_or(Ok(0.0), |r| r.value(ctx, eval))
+        self.current(ctx.step)
+            .map_or(Ok(0.0), |r| r.value(ctx, eval))
     }
     fn terms(&self, ctx: &Context, eval: &Evaluation) -> Vec<Term> {
         self.current(ctx.step)
@@ -216,7 +226,11 @@ pub struct Map {
 
 impl Map {
     /// `f(inner)`, reported as `name`.
-    pub fn new(name: impl Into<String>, inner: impl Reward + 'static, f: impl Fn(f64) -> f64 + Send + Sync + 'static) -> Map {
+    pub fn new(
+        name: impl Into<String>,
+        inner: impl Reward + 'static,
+        f: impl Fn(f64) -> f64 + Send + Sync + 'static,
+    ) -> Map {
         Map {
             name: name.into(),
             inner: Box::new(inner),

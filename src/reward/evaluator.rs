@@ -11,7 +11,9 @@ use super::report::{ExtractStage, Stages};
 use super::Stage;
 use crate::candidate::{extract_code, Candidate, CandidateError, PlanLimits};
 use crate::compile::{CompileOptions, CompileOutcome, CompiledModule, Compiler};
-use crate::exec::{BuildError, ExecJob, ExecOptions, ExecResult, ExecStatus, ExecuteStage, Executor, JobParts};
+use crate::exec::{
+    BuildError, ExecJob, ExecOptions, ExecResult, ExecStatus, ExecuteStage, Executor, JobParts,
+};
 use crate::task::Task;
 
 /// What a policy produced: the raw text and, if it could be read, the candidate.
@@ -99,7 +101,10 @@ impl Default for EvalOptions {
             no_gpu: false,
             occupancy_device: None,
             // The shipped model, when the crate's fixtures are present.
-            ranker_model: shipped.join(crate::ranker::METADATA_FILE).is_file().then_some(shipped),
+            ranker_model: shipped
+                .join(crate::ranker::METADATA_FILE)
+                .is_file()
+                .then_some(shipped),
         }
     }
 }
@@ -135,7 +140,7 @@ pub struct Evaluator {
     executor: std::sync::OnceLock<Result<Executor, String>>,
     ranker: std::sync::OnceLock<Result<Arc<crate::ranker::TrainedRanker>, String>>,
     reference_scores: Mutex<HashMap<String, f32>>,
-    references: Mutex<HashMap<String, Arc<Result<(Candidate, CompiledModule), String>>>>,
+    references: Mutex<HashMap<String, Reference>>,
 }
 
 type Reference = Arc<Result<(Candidate, CompiledModule), String>>;
@@ -187,8 +192,14 @@ impl Evaluator {
     pub fn ranker(&self) -> Result<&Arc<crate::ranker::TrainedRanker>, String> {
         self.ranker
             .get_or_init(|| {
-                let dir = self.options.ranker_model.as_ref().ok_or("no ranker model configured (EvalOptions::ranker_model)")?;
-                crate::ranker::TrainedRanker::load_unchecked(dir).map(Arc::new).map_err(|e| e.to_string())
+                let dir = self
+                    .options
+                    .ranker_model
+                    .as_ref()
+                    .ok_or("no ranker model configured (EvalOptions::ranker_model)")?;
+                crate::ranker::TrainedRanker::load_unchecked(dir)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -200,18 +211,33 @@ impl Evaluator {
         self
     }
 
-    fn run_ranker(&self, task: &Task, code: &str, eval: &mut Evaluation) -> Result<super::RankerStage, String> {
+    fn run_ranker(
+        &self,
+        task: &Task,
+        code: &str,
+        eval: &mut Evaluation,
+    ) -> Result<super::RankerStage, String> {
         let ranker = self.ranker()?;
         let names = ranker.feature_names();
-        let cand = crate::ranker::features_for(code, names).and_then(|f| ranker.score(&f)).map_err(|e| e.to_string())?;
-        let cached = self.reference_scores.lock().unwrap_or_else(|p| p.into_inner()).get(&task.id).copied();
+        let cand = crate::ranker::features_for(code, names)
+            .and_then(|f| ranker.score(&f))
+            .map_err(|e| e.to_string())?;
+        let cached = self
+            .reference_scores
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&task.id)
+            .copied();
         let reference = match cached {
             Some(r) => r,
             None => {
                 let r = crate::ranker::features_for(&task.reference.source, names)
                     .and_then(|f| ranker.score(&f))
                     .map_err(|e| e.to_string())?;
-                self.reference_scores.lock().unwrap_or_else(|p| p.into_inner()).insert(task.id.clone(), r);
+                self.reference_scores
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(task.id.clone(), r);
                 r
             }
         };
@@ -220,26 +246,44 @@ impl Evaluator {
             candidate_score: f64::from(cand),
             reference_score: f64::from(reference),
             prob_faster: f64::from(crate::ranker::sigmoid(cand - reference)),
-            model: self.options.ranker_model.as_ref().map_or_else(|| "in-memory model".into(), |p| p.display().to_string()),
+            model: self
+                .options
+                .ranker_model
+                .as_ref()
+                .map_or_else(|| "in-memory model".into(), |p| p.display().to_string()),
             error: None,
         })
     }
 
     /// The task's reference, parsed and compiled once per task.
     pub fn reference(&self, task: &Task) -> Reference {
-        if let Some(r) = self.references.lock().unwrap_or_else(|p| p.into_inner()).get(&task.id) {
+        if let Some(r) = self
+            .references
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&task.id)
+        {
             return Arc::clone(r);
         }
         let built = (|| {
-            let mut c = Candidate::parse(&task.reference.source).map_err(|e| format!("reference {}: {e}", task.reference.path.display()))?;
-            c.check_abi(task).map_err(|e| format!("reference {}: {e}", task.reference.path.display()))?;
+            let mut c = Candidate::parse(&task.reference.source)
+                .map_err(|e| format!("reference {}: {e}", task.reference.path.display()))?;
+            c.check_abi(task)
+                .map_err(|e| format!("reference {}: {e}", task.reference.path.display()))?;
             match self.compiler.compile(&c) {
                 CompileOutcome::Compiled { module, .. } => Ok((c, module)),
-                other => Err(format!("reference {} did not compile: {:?}", task.reference.path.display(), other.to_stage(&self.options.compile.arch, false))),
+                other => Err(format!(
+                    "reference {} did not compile: {:?}",
+                    task.reference.path.display(),
+                    other.to_stage(&self.options.compile.arch, false)
+                )),
             }
         })();
         let r = Arc::new(built);
-        self.references.lock().unwrap_or_else(|p| p.into_inner()).insert(task.id.clone(), Arc::clone(&r));
+        self.references
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(task.id.clone(), Arc::clone(&r));
         r
     }
 
@@ -247,20 +291,28 @@ impl Evaluator {
     pub fn config_indices(&self, task: &Task) -> Vec<usize> {
         let n = task.configs.len();
         match self.options.exec.max_configs {
-            Some(m) if m > 0 && m < n => (0..m).map(|i| i * (n - 1) / (m - 1).max(1)).collect::<std::collections::BTreeSet<_>>().into_iter().collect(),
+            Some(m) if m > 0 && m < n => (0..m)
+                .map(|i| i * (n - 1) / (m - 1).max(1))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
             _ => (0..n).collect(),
         }
     }
 
     /// Runs the GPU job for an evaluated candidate (correctness, and timing when asked).
     fn run_gpu(&self, task: &Task, eval: &mut Evaluation, with_timing: bool) {
-        let (Some(cand), Some(module)) = (&eval.candidate, &eval.module) else { return };
+        let (Some(cand), Some(module)) = (&eval.candidate, &eval.module) else {
+            return;
+        };
         let start = std::time::Instant::now();
         // The plan is checked against CUDA's limits before any GPU is needed, so an invalid
         // launch is reported as such on a machine without one too.
         let configs = self.config_indices(task);
         let plan_error = configs.iter().find_map(|&i| {
-            cand.resolve(task, &task.configs[i], &self.options.plan_limits).err().map(|e| e.to_string())
+            cand.resolve(task, &task.configs[i], &self.options.plan_limits)
+                .err()
+                .map(|e| e.to_string())
         });
         let result = match (plan_error, self.executor()) {
             (Some(reason), _) => ExecResult::status_only(ExecStatus::InvalidLaunch { reason }),
@@ -268,7 +320,9 @@ impl Evaluator {
             (None, Ok(executor)) => {
                 let reference = self.reference(task);
                 match reference.as_ref() {
-                    Err(reason) => ExecResult::status_only(ExecStatus::ReferenceFailed { reason: reason.clone() }),
+                    Err(reason) => ExecResult::status_only(ExecStatus::ReferenceFailed {
+                        reason: reason.clone(),
+                    }),
                     Ok((rc, rm)) => {
                         let built = ExecJob::build(JobParts {
                             task,
@@ -283,8 +337,12 @@ impl Evaluator {
                         });
                         match built {
                             Ok(job) => executor.run(job),
-                            Err(BuildError::Candidate(reason)) => ExecResult::status_only(ExecStatus::InvalidLaunch { reason }),
-                            Err(BuildError::Reference(reason)) => ExecResult::status_only(ExecStatus::ReferenceFailed { reason }),
+                            Err(BuildError::Candidate(reason)) => {
+                                ExecResult::status_only(ExecStatus::InvalidLaunch { reason })
+                            }
+                            Err(BuildError::Reference(reason)) => {
+                                ExecResult::status_only(ExecStatus::ReferenceFailed { reason })
+                            }
                         }
                     }
                 }
@@ -382,7 +440,14 @@ impl Evaluator {
         }
     }
 
-    fn run_stage(&self, task: &Task, sub: &Submission, eval: &mut Evaluation, stage: Stage, upto: Stage) {
+    fn run_stage(
+        &self,
+        task: &Task,
+        sub: &Submission,
+        eval: &mut Evaluation,
+        stage: Stage,
+        upto: Stage,
+    ) {
         match stage {
             Stage::Extract => {
                 let checked = sub.parsed.clone().and_then(|mut c| {
@@ -415,7 +480,9 @@ impl Evaluator {
             Stage::Compile => {
                 if let Some(c) = &eval.candidate {
                     let outcome = self.compiler.compile(c);
-                    eval.stages.compile = Some(outcome.to_stage(&self.options.compile.arch, self.compiler.is_sandboxed()));
+                    eval.stages.compile = Some(
+                        outcome.to_stage(&self.options.compile.arch, self.compiler.is_sandboxed()),
+                    );
                     if let CompileOutcome::Compiled { module, .. } = outcome {
                         eval.module = Some(module);
                     }
@@ -424,7 +491,8 @@ impl Evaluator {
             Stage::Structure => {
                 if let Some(code) = sub.code() {
                     let name = self.options.occupancy_device.as_deref().unwrap_or("H200");
-                    let spec = crate::analysis::DeviceSpec::by_name(name).unwrap_or(&crate::analysis::DEVICES[0]);
+                    let spec = crate::analysis::DeviceSpec::by_name(name)
+                        .unwrap_or(&crate::analysis::DEVICES[0]);
                     super::structure::run(eval, code, task, &self.options.plan_limits, spec);
                 }
             }
@@ -438,13 +506,15 @@ impl Evaluator {
             }
             Stage::Ranker => {
                 if let Some(code) = sub.code() {
-                    let stage = self.run_ranker(task, code, eval).unwrap_or_else(|e| super::RankerStage {
-                        candidate_score: f64::NAN,
-                        reference_score: f64::NAN,
-                        prob_faster: f64::NAN,
-                        model: String::new(),
-                        error: Some(e),
-                    });
+                    let stage =
+                        self.run_ranker(task, code, eval)
+                            .unwrap_or_else(|e| super::RankerStage {
+                                candidate_score: f64::NAN,
+                                reference_score: f64::NAN,
+                                prob_faster: f64::NAN,
+                                model: String::new(),
+                                error: Some(e),
+                            });
                     eval.stages.ranker = Some(stage);
                 }
             }
@@ -466,7 +536,11 @@ pub struct Context<'a> {
 impl<'a> Context<'a> {
     /// A context at step 0.
     pub fn new(task: &'a Task, evaluator: &'a Evaluator) -> Context<'a> {
-        Context { task, step: 0, evaluator }
+        Context {
+            task,
+            step: 0,
+            evaluator,
+        }
     }
 
     /// The same context at another training step.
@@ -543,7 +617,11 @@ impl Evaluation {
             _ => {}
         }
         if let Some(c) = &self.stages.correctness {
-            return if c.passed { Verdict::Correct } else { Verdict::Incorrect };
+            return if c.passed {
+                Verdict::Correct
+            } else {
+                Verdict::Incorrect
+            };
         }
         match self.stages.execute.as_ref().map(|e| &e.status) {
             Some(ExecStatus::CudaError { .. }) => Verdict::CudaError,

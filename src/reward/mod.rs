@@ -24,8 +24,10 @@ pub use evaluator::{Context, EvalOptions, Evaluation, Evaluator, Submission, Ver
 pub use report::{ExtractStage, RankerStage, RewardReport, Stages, StructureStage, Term};
 mod ranker_stage;
 pub use ranker_stage::RankerReward;
+pub use stages::{
+    CompileReward, CorrectReward, OutcomeLadder, PassRateReward, SpeedupReward, SyntaxReward,
+};
 pub use structure::{features_of, static_occupancy, LaunchOccupancy, StructuralReward};
-pub use stages::{CompileReward, CorrectReward, OutcomeLadder, PassRateReward, SpeedupReward, SyntaxReward};
 
 use serde::{Deserialize, Serialize};
 
@@ -137,7 +139,9 @@ pub trait Reward: Send + Sync {
 
     /// Scores a GRPO group; stages run in parallel through the evaluator's pools.
     fn score_batch(&self, ctx: &Context, subs: &[Submission]) -> Result<Vec<Scored>> {
-        let evals = ctx.evaluator.evaluate_batch(ctx.task, subs, self.needs(ctx));
+        let evals = ctx
+            .evaluator
+            .evaluate_batch(ctx.task, subs, self.needs(ctx));
         evals.iter().map(|e| self.score_evaluated(ctx, e)).collect()
     }
 
@@ -187,7 +191,12 @@ impl<R: Reward + ?Sized> Reward for std::sync::Arc<R> {
 }
 
 /// Builds the `Unavailable` error with the partial report.
-pub(crate) fn unavailable(reward: &dyn Reward, stage: Stage, reason: impl Into<String>, eval: &Evaluation) -> RewardError {
+pub(crate) fn unavailable(
+    reward: &dyn Reward,
+    stage: Stage,
+    reason: impl Into<String>,
+    eval: &Evaluation,
+) -> RewardError {
     RewardError::Unavailable {
         reward: reward.name(),
         stage,

@@ -1,7 +1,10 @@
 //! Ready-made rewards, each built only from the stage rewards and combinators.
 
 use super::stages::SpeedupScale;
-use super::{RankerReward, StructuralReward, Clip, CompileReward, CorrectReward, Gate, Map, OutcomeLadder, PassRateReward, Reward, SpeedupReward, Staged, SyntaxReward, Weighted};
+use super::{
+    Clip, CompileReward, CorrectReward, Gate, Map, OutcomeLadder, PassRateReward, RankerReward,
+    Reward, SpeedupReward, Staged, StructuralReward, SyntaxReward, Weighted,
+};
 
 /// Weights of the unified reward (DESIGN.md §4).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,7 +60,11 @@ impl CudaPerfWeights {
 /// `EvalOptions::ranker_model`); use [`cudaperf_with`] to leave it out or change weights. Weights whose sum reaches 1 would let a correct program
 /// score at or below an incorrect one; they are scaled down so that cannot happen.
 pub fn cudaperf() -> Weighted {
-    cudaperf_with(CudaPerfWeights::default(), Some(Box::new(StructuralReward)), Some(Box::new(RankerReward)))
+    cudaperf_with(
+        CudaPerfWeights::default(),
+        Some(Box::new(StructuralReward)),
+        Some(Box::new(RankerReward)),
+    )
 }
 
 /// The unified reward with explicit weights and optional structure and ranker terms.
@@ -67,7 +74,13 @@ pub fn cudaperf_with(
     ranker: Option<Box<dyn Reward>>,
 ) -> Weighted {
     let mut w = weights;
-    let extra = w.speed_loss() + if structure.is_some() { w.structure.abs() } else { 0.0 } + if ranker.is_some() { w.rank.abs() } else { 0.0 };
+    let extra = w.speed_loss()
+        + if structure.is_some() {
+            w.structure.abs()
+        } else {
+            0.0
+        }
+        + if ranker.is_some() { w.rank.abs() } else { 0.0 };
     if extra >= 0.95 {
         let k = 0.95 / extra;
         w.speed *= k;
@@ -76,13 +89,27 @@ pub fn cudaperf_with(
     }
     let mut r = Weighted::new()
         .named("cudaperf")
-        .add(1.0, OutcomeLadder { syntax_credit: w.syntax_credit })
-        .add(w.speed, Gate::new(CorrectReward, 1.0, SpeedupReward::log2()));
+        .add(
+            1.0,
+            OutcomeLadder {
+                syntax_credit: w.syntax_credit,
+            },
+        )
+        .add(
+            w.speed,
+            Gate::new(CorrectReward, 1.0, SpeedupReward::log2()),
+        );
     if let Some(s) = structure {
-        r = r.add(w.structure, Gate::new(CorrectReward, 1.0, Clip::new(s, -1.0, 1.0)));
+        r = r.add(
+            w.structure,
+            Gate::new(CorrectReward, 1.0, Clip::new(s, -1.0, 1.0)),
+        );
     }
     if let Some(k) = ranker {
-        r = r.add(w.rank, Gate::new(CorrectReward, 1.0, Clip::new(k, -1.0, 1.0)));
+        r = r.add(
+            w.rank,
+            Gate::new(CorrectReward, 1.0, Clip::new(k, -1.0, 1.0)),
+        );
     }
     r
 }
@@ -94,10 +121,16 @@ pub fn correctness_only() -> CorrectReward {
 
 /// Kevin-32B (Baronio et al., 2025): `0.3 · correct + correct · t_ref / t_cand`.
 pub fn kevin() -> Weighted {
-    Weighted::new()
-        .named("kevin")
-        .add(0.3, CorrectReward)
-        .add(1.0, Gate::new(CorrectReward, 1.0, SpeedupReward { scale: SpeedupScale::Ratio }))
+    Weighted::new().named("kevin").add(0.3, CorrectReward).add(
+        1.0,
+        Gate::new(
+            CorrectReward,
+            1.0,
+            SpeedupReward {
+                scale: SpeedupScale::Ratio,
+            },
+        ),
+    )
 }
 
 /// KernelBench's fast_p as a reward: 1 if correct and speedup > p, else 0.
@@ -105,7 +138,13 @@ pub fn kernelbench_fast_p(p: f64) -> Gate {
     Gate::new(
         CorrectReward,
         1.0,
-        Map::new(format!("fast_{p}"), SpeedupReward::ratio(), move |s| if s > p { 1.0 } else { 0.0 }),
+        Map::new(format!("fast_{p}"), SpeedupReward::ratio(), move |s| {
+            if s > p {
+                1.0
+            } else {
+                0.0
+            }
+        }),
     )
 }
 
@@ -133,10 +172,19 @@ impl Default for DhrclSchedule {
 /// * afterwards: the unified [`cudaperf`] reward.
 pub fn staged_dhrcl(schedule: DhrclSchedule) -> Staged {
     Staged::new()
-        .from_step(0, Weighted::new().named("dhrcl_syntax").add(0.5, SyntaxReward).add(0.5, CompileReward))
+        .from_step(
+            0,
+            Weighted::new()
+                .named("dhrcl_syntax")
+                .add(0.5, SyntaxReward)
+                .add(0.5, CompileReward),
+        )
         .from_step(
             schedule.execution_from,
-            Weighted::new().named("dhrcl_execution").add(0.2, CompileReward).add(0.8, PassRateReward),
+            Weighted::new()
+                .named("dhrcl_execution")
+                .add(0.2, CompileReward)
+                .add(0.8, PassRateReward),
         )
         .from_step(schedule.performance_from, cudaperf())
 }

@@ -27,7 +27,12 @@ impl Reward for RankerReward {
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
         match &eval.stages.ranker {
             Some(r) if r.error.is_none() => Ok(2.0 * r.prob_faster - 1.0),
-            Some(r) => Err(unavailable(self, Stage::Ranker, r.error.clone().unwrap_or_default(), eval)),
+            Some(r) => Err(unavailable(
+                self,
+                Stage::Ranker,
+                r.error.clone().unwrap_or_default(),
+                eval,
+            )),
             // No code to rank: no preference.
             None => Ok(0.0),
         }

@@ -13,11 +13,9 @@ impl Reward for SyntaxReward {
         Stage::Syntax
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
-        Ok(eval
-            .stages
-            .syntax
-            .as_ref()
-            .map_or(0.0, |s| 1.0 / (1.0 + f64::from(s.error_nodes + s.missing_nodes))))
+        Ok(eval.stages.syntax.as_ref().map_or(0.0, |s| {
+            1.0 / (1.0 + f64::from(s.error_nodes + s.missing_nodes))
+        }))
     }
 }
 
@@ -34,9 +32,12 @@ impl Reward for CompileReward {
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
         match &eval.stages.compile {
-            Some(c) if c.status == "unavailable" => {
-                Err(unavailable(self, Stage::Compile, c.reason.clone().unwrap_or_default(), eval))
-            }
+            Some(c) if c.status == "unavailable" => Err(unavailable(
+                self,
+                Stage::Compile,
+                c.reason.clone().unwrap_or_default(),
+                eval,
+            )),
             Some(c) => Ok(if c.ok { 1.0 } else { 0.0 }),
             None => Ok(0.0),
         }
@@ -55,7 +56,12 @@ pub(crate) enum Progress {
 pub(crate) fn progress(reward: &dyn Reward, eval: &Evaluation) -> Result<Progress> {
     if let Some(c) = &eval.stages.compile {
         if c.status == "unavailable" {
-            return Err(unavailable(reward, Stage::Compile, c.reason.clone().unwrap_or_default(), eval));
+            return Err(unavailable(
+                reward,
+                Stage::Compile,
+                c.reason.clone().unwrap_or_default(),
+                eval,
+            ));
         }
     }
     if eval.module.is_none() {
@@ -67,7 +73,12 @@ pub(crate) fn progress(reward: &dyn Reward, eval: &Evaluation) -> Result<Progres
             pass_rate: c.pass_rate,
         }),
         (Some(e), None) => match &e.status {
-            crate::exec::ExecStatus::Unavailable { reason } => Err(unavailable(reward, Stage::Correctness, reason.clone(), eval)),
+            crate::exec::ExecStatus::Unavailable { reason } => Err(unavailable(
+                reward,
+                Stage::Correctness,
+                reason.clone(),
+                eval,
+            )),
             crate::exec::ExecStatus::ReferenceFailed { reason } => Err(unavailable(
                 reward,
                 Stage::Correctness,
@@ -76,7 +87,12 @@ pub(crate) fn progress(reward: &dyn Reward, eval: &Evaluation) -> Result<Progres
             )),
             _ => Ok(Progress::Failed),
         },
-        (None, None) => Err(unavailable(reward, Stage::Correctness, "the GPU stages did not run", eval)),
+        (None, None) => Err(unavailable(
+            reward,
+            Stage::Correctness,
+            "the GPU stages did not run",
+            eval,
+        )),
     }
 }
 
@@ -148,7 +164,9 @@ impl SpeedupReward {
 
     /// The plain ratio.
     pub fn ratio() -> SpeedupReward {
-        SpeedupReward { scale: SpeedupScale::Ratio }
+        SpeedupReward {
+            scale: SpeedupScale::Ratio,
+        }
     }
 }
 
@@ -167,11 +185,14 @@ impl Reward for SpeedupReward {
             Progress::Checked { passed: true, .. } => {}
             _ => return Ok(0.0),
         }
-        let t = eval
-            .stages
-            .timing
-            .as_ref()
-            .ok_or_else(|| unavailable(self, Stage::Timing, "the candidate was correct but was not timed", eval))?;
+        let t = eval.stages.timing.as_ref().ok_or_else(|| {
+            unavailable(
+                self,
+                Stage::Timing,
+                "the candidate was correct but was not timed",
+                eval,
+            )
+        })?;
         let s = if t.implausible { 1.0 } else { t.speedup };
         Ok(match self.scale {
             SpeedupScale::Log2Clipped { lo, hi } => {
@@ -218,7 +239,8 @@ impl Reward for OutcomeLadder {
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
         let syntax_floor = || {
             -1.0 + eval.stages.syntax.as_ref().map_or(0.0, |s| {
-                self.syntax_credit.clamp(0.0, 0.2) / (1.0 + f64::from(s.error_nodes + s.missing_nodes))
+                self.syntax_credit.clamp(0.0, 0.2)
+                    / (1.0 + f64::from(s.error_nodes + s.missing_nodes))
             })
         };
         if !eval.stages.extract.ok {
@@ -227,7 +249,11 @@ impl Reward for OutcomeLadder {
         if let Some(c) = &eval.stages.compile {
             if !c.ok && c.status != "unavailable" {
                 let syntax_clean = eval.stages.syntax.as_ref().is_none_or(|s| s.ok);
-                return Ok(if c.status == "error" && !syntax_clean { syntax_floor() } else { -0.75 });
+                return Ok(if c.status == "error" && !syntax_clean {
+                    syntax_floor()
+                } else {
+                    -0.75
+                });
             }
         }
         Ok(match progress(self, eval)? {

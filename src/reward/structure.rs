@@ -36,23 +36,43 @@ pub fn static_occupancy(
     spec: &DeviceSpec,
 ) -> Vec<LaunchOccupancy> {
     // The largest config is the one timed.
-    let Some(config) = task.configs.iter().max_by_key(|c| task.buffer_bytes(c).unwrap_or(0)) else {
+    let Some(config) = task
+        .configs
+        .iter()
+        .max_by_key(|c| task.buffer_bytes(c).unwrap_or(0))
+    else {
         return Vec::new();
     };
-    let Ok(plan) = candidate.resolve(task, config, limits) else { return Vec::new() };
+    let Ok(plan) = candidate.resolve(task, config, limits) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for l in &plan.launches {
         let base = l.kernel.split('<').next().unwrap_or(&l.kernel);
-        let Some(r) = resources.iter().find(|r| r.name == l.kernel || r.name == base) else { continue };
+        let Some(r) = resources
+            .iter()
+            .find(|r| r.name == l.kernel || r.name == base)
+        else {
+            continue;
+        };
         let threads = l.block.iter().product::<u32>();
-        if let Ok(o) = analysis::occupancy(spec, r.registers, r.static_smem_bytes as u64, l.smem as u64, threads) {
+        if let Ok(o) = analysis::occupancy(
+            spec,
+            r.registers,
+            r.static_smem_bytes as u64,
+            l.smem as u64,
+            threads,
+        ) {
             out.push(LaunchOccupancy {
                 kernel: l.kernel.clone(),
                 block_threads: threads,
                 registers: r.registers,
                 shared_bytes: r.static_smem_bytes as u64 + l.smem as u64,
                 occupancy: o.occupancy,
-                limiter: serde_json::to_value(o.limiter).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+                limiter: serde_json::to_value(o.limiter)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default(),
             });
         }
     }
@@ -60,15 +80,31 @@ pub fn static_occupancy(
 }
 
 /// Runs the structure stage on an evaluation that has reached the compile stage.
-pub(crate) fn run(eval: &mut Evaluation, code: &str, task: &Task, limits: &PlanLimits, spec: &DeviceSpec) {
+pub(crate) fn run(
+    eval: &mut Evaluation,
+    code: &str,
+    task: &Task,
+    limits: &PlanLimits,
+    spec: &DeviceSpec,
+) {
     let features = analysis::analyze(code.as_bytes());
-    let resources: Vec<Resources> = eval.stages.compile.as_ref().map(|c| c.kernels.clone()).unwrap_or_default();
+    let resources: Vec<Resources> = eval
+        .stages
+        .compile
+        .as_ref()
+        .map(|c| c.kernels.clone())
+        .unwrap_or_default();
     let occupancy = match &eval.candidate {
         Some(c) => static_occupancy(c, &resources, task, limits, spec),
         None => Vec::new(),
     };
     let occ = occupancy.iter().map(|o| o.occupancy).reduce(f64::min);
-    let spills = (!resources.is_empty()).then(|| resources.iter().map(|r| u64::from(r.spill_store_bytes + r.spill_load_bytes)).sum());
+    let spills = (!resources.is_empty()).then(|| {
+        resources
+            .iter()
+            .map(|r| u64::from(r.spill_store_bytes + r.spill_load_bytes))
+            .sum()
+    });
     let score = analysis::structural_score(&features, occ, spills);
     eval.stages.structure = Some(super::StructureStage {
         score: score.value,

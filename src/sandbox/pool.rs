@@ -93,9 +93,18 @@ impl Worker {
             }
         }
         let mut child = cmd.spawn()?;
-        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
-        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
-        let stderr = child.stderr.take().ok_or_else(|| std::io::Error::other("no stderr pipe"))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stderr pipe"))?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
@@ -142,7 +151,11 @@ impl Worker {
     }
 
     fn stderr_tail(&self) -> String {
-        let bytes: Vec<u8> = self.stderr.lock().map(|t| t.iter().copied().collect()).unwrap_or_default();
+        let bytes: Vec<u8> = self
+            .stderr
+            .lock()
+            .map(|t| t.iter().copied().collect())
+            .unwrap_or_default();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
@@ -153,7 +166,11 @@ impl Worker {
             libc::kill(-(self.child.id() as i32), libc::SIGKILL);
         }
         let _ = self.child.kill();
-        let status = self.child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+        let status = self
+            .child
+            .wait()
+            .map(|s| s.to_string())
+            .unwrap_or_else(|e| e.to_string());
         // Give the stderr thread a moment to collect the last words.
         std::thread::sleep(Duration::from_millis(20));
         let _ = status;
@@ -228,7 +245,11 @@ impl Pool {
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             workers: self.slots.len(),
-            restarts: self.slots.iter().map(|s| s.lock().map(|s| s.restarts).unwrap_or(0)).sum(),
+            restarts: self
+                .slots
+                .iter()
+                .map(|s| s.lock().map(|s| s.restarts).unwrap_or(0))
+                .sum(),
         }
     }
 
@@ -311,7 +332,10 @@ fn run_on_slot(slot: &mut Slot, job: &Job, limit: Duration) -> JobOutcome {
     };
     let id = worker.next_id;
     worker.next_id += 1;
-    let request = Request { id, job: job.clone() };
+    let request = Request {
+        id,
+        job: job.clone(),
+    };
     let mut line = match serde_json::to_string(&request) {
         Ok(l) => l,
         Err(e) => {
@@ -323,7 +347,11 @@ fn run_on_slot(slot: &mut Slot, job: &Job, limit: Duration) -> JobOutcome {
     };
     line.push('\n');
     let deadline = Instant::now() + limit;
-    let write_ok = worker.stdin.write_all(line.as_bytes()).and_then(|_| worker.stdin.flush()).is_ok();
+    let write_ok = worker
+        .stdin
+        .write_all(line.as_bytes())
+        .and_then(|_| worker.stdin.flush())
+        .is_ok();
     let outcome = if !write_ok {
         let reason = worker.exit_reason();
         crash(slot, reason)
@@ -331,9 +359,14 @@ fn run_on_slot(slot: &mut Slot, job: &Job, limit: Duration) -> JobOutcome {
         loop {
             let now = Instant::now();
             let Some(worker) = slot.worker.as_mut() else {
-                break JobOutcome::SpawnFailed { reason: "worker missing".into() };
+                break JobOutcome::SpawnFailed {
+                    reason: "worker missing".into(),
+                };
             };
-            match worker.lines.recv_timeout(deadline.saturating_duration_since(now)) {
+            match worker
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(now))
+            {
                 Ok(Some(text)) => match serde_json::from_str::<Response>(&text) {
                     Ok(resp) if resp.id == id => {
                         if resp.restart {
@@ -375,7 +408,10 @@ fn run_on_slot(slot: &mut Slot, job: &Job, limit: Duration) -> JobOutcome {
 fn crash(slot: &mut Slot, reason: String) -> JobOutcome {
     let stderr_tail = slot.worker.take().map(Worker::kill).unwrap_or_default();
     slot.restarts += 1;
-    JobOutcome::Crashed { reason, stderr_tail }
+    JobOutcome::Crashed {
+        reason,
+        stderr_tail,
+    }
 }
 
 impl Drop for Pool {

@@ -15,10 +15,9 @@ pub const WORKER_ARG: &str = "__cudaperf_worker";
 /// Call it first thing in `main` of a program that links cudaperf, then point
 /// `WorkerSpec::program` at `std::env::current_exe()` with args `[WORKER_ARG]`:
 /// ```no_run
-/// fn main() {
-///     cudaperf::sandbox::run_if_requested();
-///     // ... the trainer ...
-/// }
+/// // First thing in `main`:
+/// cudaperf::sandbox::run_if_requested();
+/// // ... the trainer ...
 /// ```
 pub fn run_if_requested() {
     if std::env::args().nth(1).as_deref() == Some(WORKER_ARG) {
@@ -82,7 +81,11 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
                 false,
             ),
         };
-        let resp = Response { id, restart, result };
+        let resp = Response {
+            id,
+            restart,
+            result,
+        };
         let mut text = serde_json::to_string(&resp).map_err(std::io::Error::other)?;
         text.push('\n');
         output.write_all(text.as_bytes())?;
@@ -99,18 +102,20 @@ fn handle(job: Job, state: &mut crate::exec::WorkerState) -> (JobResult, bool) {
             (JobResult::Pong, false)
         }
         Job::Exit { code } => std::process::exit(code),
-        Job::Compile(c) => match nvrtc::compile(&c.source, &c.program_name, &c.flags, &c.name_exprs) {
-            Ok(out) => (
-                JobResult::Compiled {
-                    ok: out.ok,
-                    log: out.log,
-                    cubin_b64: base64::engine::general_purpose::STANDARD.encode(&out.cubin),
-                    lowered: out.lowered,
-                },
-                false,
-            ),
-            Err(message) => (JobResult::Error { message }, false),
-        },
+        Job::Compile(c) => {
+            match nvrtc::compile(&c.source, &c.program_name, &c.flags, &c.name_exprs) {
+                Ok(out) => (
+                    JobResult::Compiled {
+                        ok: out.ok,
+                        log: out.log,
+                        cubin_b64: base64::engine::general_purpose::STANDARD.encode(&out.cubin),
+                        lowered: out.lowered,
+                    },
+                    false,
+                ),
+                Err(message) => (JobResult::Error { message }, false),
+            }
+        }
         Job::Execute(job) => {
             let (result, restart) = state.execute(&job);
             (JobResult::Executed(Box::new(result)), restart)
