@@ -490,45 +490,31 @@ fn alloc_config(job: &ExecJob, c: &JobConfig) -> Result<ConfigBuffers, CudaError
     };
     for (b, &n) in job.buffers.iter().zip(&c.lens) {
         let bytes = (n * b.dtype.size_bytes()) as usize;
-        let a = |what: &str| DeviceBuffer::alloc(bytes, &format!("{what} `{}`", b.name)).map(Some);
-        bufs.input.push(if b.direction == Direction::In {
-            a("input")?
-        } else {
-            None
-        });
-        bufs.pristine.push(if b.direction.is_input() {
-            a("pristine copy of")?
-        } else {
-            None
-        });
-        bufs.out_ref.push(if b.direction.is_output() {
-            a("reference output")?
-        } else {
-            None
-        });
-        bufs.out_cand.push(if b.direction.is_output() {
-            a("candidate output")?
-        } else {
-            None
-        });
-        bufs.saved.push(if b.direction.is_output() {
-            a("saved output")?
-        } else {
-            None
-        });
+        let alloc = |wanted: bool, what: &str| -> Result<Option<DeviceBuffer>, CudaError> {
+            wanted
+                .then(|| DeviceBuffer::alloc(bytes, &format!("{what} `{}`", b.name)))
+                .transpose()
+        };
+        let (input, output) = (b.direction.is_input(), b.direction.is_output());
+        bufs.input
+            .push(alloc(b.direction == Direction::In, "input")?);
+        bufs.pristine.push(alloc(input, "pristine copy of")?);
+        bufs.out_ref.push(alloc(output, "reference output")?);
+        bufs.out_cand.push(alloc(output, "candidate output")?);
+        bufs.saved.push(alloc(output, "saved output")?);
     }
-    for (n, d) in c.reference.scratch_lens.iter().zip(&job.reference.scratch) {
-        bufs.scratch_ref.push(DeviceBuffer::alloc(
-            (n * d.size_bytes()) as usize,
-            "reference scratch",
-        )?);
-    }
-    for (n, d) in c.candidate.scratch_lens.iter().zip(&job.candidate.scratch) {
-        bufs.scratch_cand.push(DeviceBuffer::alloc(
-            (n * d.size_bytes()) as usize,
-            "candidate scratch",
-        )?);
-    }
+    let scratch = |plan: &ResolvedPlan,
+                   dtypes: &[DType],
+                   what: &str|
+     -> Result<Vec<DeviceBuffer>, CudaError> {
+        plan.scratch_lens
+            .iter()
+            .zip(dtypes)
+            .map(|(n, d)| DeviceBuffer::alloc((n * d.size_bytes()) as usize, what))
+            .collect()
+    };
+    bufs.scratch_ref = scratch(&c.reference, &job.reference.scratch, "reference scratch")?;
+    bufs.scratch_cand = scratch(&c.candidate, &job.candidate.scratch, "candidate scratch")?;
     Ok(bufs)
 }
 
