@@ -1,0 +1,187 @@
+//! GPU-stage behaviour that needs no GPU: report serialisation, job building, plan limits
+//! caught before any device, and `Unavailable` (never a number) without a driver.
+
+mod common;
+
+use cudaperf::candidate::Candidate;
+use cudaperf::compile::{CompileOptions, Compiler, Isolation};
+use cudaperf::exec::{
+    ConfigCheck, CorrectnessStage, ExecJob, ExecResult, ExecStatus, JobParts, Mismatch, TimingStage,
+};
+use cudaperf::reward::{
+    presets, Context, CorrectReward, EvalOptions, Evaluator, Reward, RewardError, Stage,
+    Submission, Verdict,
+};
+
+/// Guards the bug seen on the H200: an unwritten (NaN) output made the worker's answer
+/// unparsable (`null` for an f64). NaN must survive the protocol as NaN.
+#[test]
+fn exec_result_with_nan_round_trips_through_json() {
+    let check = ConfigCheck {
+        config: "small".into(),
+        passed: false,
+        max_abs_err: f64::NAN,
+        max_rel_err: 0.5,
+        mismatches: 3,
+        elements: 10,
+        first_mismatch: Some(Mismatch {
+            buffer: "c".into(),
+            index: 7,
+            got: f64::NAN,
+            want: 1.5,
+        }),
+        unwritten: 3,
+        inputs_modified: false,
+        nondeterministic: false,
+        input_independent: false,
+        timed_run_mismatch: false,
+        reasons: vec!["3 output elements were never written".into()],
+    };
+    let r = ExecResult {
+        status: ExecStatus::Ok,
+        correctness: Some(CorrectnessStage {
+            passed: false,
+            pass_rate: 0.0,
+            configs: vec![check],
+            seed: 9,
+        }),
+        timing: Some(TimingStage {
+            config: "large".into(),
+            reference_us: f64::NAN,
+            candidate_us: 1.0,
+            speedup: 1.0,
+            raw_speedup: f64::NAN,
+            ci95: [f64::NAN, 2.0],
+            noise_floor: 0.01,
+            within_noise: true,
+            implausible: false,
+            floor_us: 0.5,
+            achieved_gbps: 3.0,
+            repetitions: 20,
+            occupancy: vec![],
+        }),
+        device: None,
+        millis: 1.0,
+        gpu_millis: 0.5,
+    };
+    let text = serde_json::to_string(&r).expect("serialise");
+    let back: ExecResult = serde_json::from_str(&text).expect("parse back");
+    let c = &back.correctness.as_ref().expect("correctness").configs[0];
+    assert!(c.max_abs_err.is_nan() && c.first_mismatch.as_ref().expect("mismatch").got.is_nan());
+    let t = back.timing.expect("timing");
+    assert!(t.reference_us.is_nan() && t.ci95[0].is_nan() && t.ci95[1] == 2.0);
+    // Status names are the documented snake_case tags.
+    let s = serde_json::to_value(ExecStatus::CudaError {
+        code: 700,
+        name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+        during: "sync".into(),
+    })
+    .expect("json");
+    assert_eq!(s["status"], "cuda_error");
+    assert_eq!(s["code"], 700);
+}
+
+/// The job a worker receives has every expression evaluated: lengths, scalars, fills,
+/// plans; the physical floor counts each ABI byte once.
+#[test]
+fn job_building_evaluates_everything() {
+    require_nvrtc!();
+    let task = common::vector_add();
+    let compiler = Compiler::new(CompileOptions {
+        isolation: Isolation::InProcess,
+        ..Default::default()
+    });
+    let mut reference = Candidate::parse(&task.reference.source).expect("reference");
+    reference.check_abi(&task).expect("abi");
+    let module = compiler
+        .compile(&reference)
+        .module()
+        .cloned()
+        .expect("compiled");
+    let configs: Vec<usize> = (0..task.configs.len()).collect();
+    let job = ExecJob::build(JobParts {
+        task: &task,
+        configs: &configs,
+        reference: (&reference, &module),
+        candidate: (&reference, &module),
+        limits: &Default::default(),
+        seed: 42,
+        timing: None,
+        max_device_bytes: 0,
+        bandwidth_gbps: 0.0,
+    })
+    .expect("job");
+    assert_eq!(job.buffers.len(), 3);
+    let last = job.configs.last().expect("config");
+    let n = task.configs.last().expect("config").sizes["n"];
+    assert_eq!(last.lens, vec![n as u64; 3]);
+    assert_eq!(last.scalars[3], n as f64);
+    assert!(last.fills[0].is_some() && last.fills[2].is_none());
+    assert_eq!(last.candidate.launches[0].grid[0] as i64, (n + 255) / 256);
+    assert_eq!(job.timing_config, job.configs.len() - 1);
+    assert_eq!(job.abi_bytes(job.timing_config), 3 * 4 * n as u64);
+    // The worker protocol carries the job as JSON.
+    let back: ExecJob =
+        serde_json::from_str(&serde_json::to_string(&job).expect("json")).expect("parse");
+    assert_eq!(back, job);
+}
+
+fn cpu_evaluator() -> Evaluator {
+    Evaluator::new(EvalOptions {
+        no_gpu: true,
+        ..Default::default()
+    })
+}
+
+/// Without a GPU the GPU stages say so; rewards that need them return `Unavailable` with
+/// the partial report instead of a number.
+#[test]
+fn gpu_stages_are_unavailable_without_a_gpu() {
+    require_nvrtc!();
+    let task = common::vector_add();
+    let e = cpu_evaluator();
+    let sub = Submission::from_source(task.reference.source.clone());
+    let eval = e.evaluate(&task, &sub, Stage::Timing);
+    let exec = eval.stages.execute.as_ref().expect("execute stage");
+    assert!(
+        matches!(&exec.status, ExecStatus::Unavailable { reason } if !reason.is_empty()),
+        "{:?}",
+        exec.status
+    );
+    assert!(eval.stages.correctness.is_none() && eval.stages.timing.is_none());
+    assert_eq!(eval.verdict(), Verdict::Unavailable);
+    let ctx = Context::new(&task, &e);
+    for r in [
+        Box::new(CorrectReward) as Box<dyn Reward>,
+        Box::new(presets::cudaperf()),
+    ] {
+        match r.score(&ctx, &sub) {
+            Err(RewardError::Unavailable { report, .. }) => {
+                assert!(report.stages.compile.as_ref().is_some_and(|c| c.ok))
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+}
+
+/// An absurd grid is an invalid launch even on a machine without a GPU (the plan is
+/// checked before any device is needed), and it scores as a runtime fault.
+#[test]
+fn invalid_launch_is_found_without_a_gpu() {
+    require_nvrtc!();
+    let task = common::vector_add();
+    let e = cpu_evaluator();
+    let sub = Submission::from_source(common::read_fixture("hostile/absurd_grid.cu"));
+    let eval = e.evaluate(&task, &sub, Stage::Correctness);
+    assert_eq!(
+        eval.verdict(),
+        Verdict::InvalidLaunch,
+        "{:?}",
+        eval.stages.execute
+    );
+    let v = presets::cudaperf()
+        .score(&Context::new(&task, &e), &sub)
+        .expect("scored")
+        .value;
+    assert_eq!(v, -0.5);
+}
