@@ -17,19 +17,9 @@ pub struct SyntaxStage {
 
 /// Parses `source` with tree-sitter-cuda and counts problems. Never panics.
 pub fn check(source: &[u8]) -> SyntaxStage {
-    let mut parser = tree_sitter::Parser::new();
-    if parser
-        .set_language(&tree_sitter_cuda::LANGUAGE.into())
-        .is_err()
-    {
-        return SyntaxStage {
-            ok: false,
-            error_nodes: 1,
-            missing_nodes: 0,
-            first_error_line: None,
-        };
-    }
-    let Some(tree) = parser.parse(source, None) else {
+    // The analysis keeps one parser per thread; reuse it rather than building another.
+    let text = String::from_utf8_lossy(source);
+    let Some(tree) = crate::analysis::parse::parse(&text) else {
         return SyntaxStage {
             ok: false,
             error_nodes: 1,

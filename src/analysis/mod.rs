@@ -39,7 +39,7 @@ mod features;
 mod loops;
 mod memory_ops;
 mod occupancy;
-mod parse;
+pub(crate) mod parse;
 mod score;
 mod shared;
 mod symbolic;
