@@ -4,7 +4,7 @@
 use tree_sitter::Node;
 
 use super::parse::{span, text};
-use super::symbolic::Coef;
+use super::symbolic::{Coef, Sym};
 use super::walk::Walker;
 
 /// What a branch condition means for the lanes of one warp.
@@ -39,59 +39,53 @@ impl<'t> Walker<'_, 't> {
 
     /// True when every thread-dependent comparison in `cond` splits only at warp boundaries.
     fn warp_uniform(&self, cond: Node<'t>, depth: usize) -> bool {
-        if depth > 16 {
-            return false;
-        }
-        match cond.kind() {
-            "parenthesized_expression" => cond
-                .named_child(0)
-                .is_some_and(|c| self.warp_uniform(c, depth + 1)),
-            "binary_expression" => {
-                let (Some(l), Some(r), Some(op)) = (
-                    cond.child_by_field_name("left"),
-                    cond.child_by_field_name("right"),
-                    cond.child_by_field_name("operator"),
-                ) else {
-                    return false;
-                };
-                let (a, b) = (self.eval(l), self.eval(r));
-                match op.kind() {
-                    "&&" | "||" => {
-                        (!a.thread_dependent() || self.warp_uniform(l, depth + 1))
-                            && (!b.thread_dependent() || self.warp_uniform(r, depth + 1))
-                    }
-                    "<" | "<=" | ">" | ">=" | "==" | "!=" => {
-                        let (t, other) = if a.thread_dependent() { (a, b) } else { (b, a) };
-                        if other.thread_dependent() || t.thread_yz {
-                            return false;
-                        }
-                        match t.tx {
-                            // warp_id = tid / 32 compared with anything uniform
-                            Coef::Sub(d) => d % 32 == 0,
-                            // tid < 64: the split falls on a warp boundary
-                            Coef::Lin(1) => {
-                                matches!(op.kind(), "<" | ">=")
-                                    && other.konst.is_some_and(|k| k % 32 == 0)
-                            }
-                            _ => false,
-                        }
-                    }
-                    _ => false,
-                }
+        self.all_comparisons(cond, depth, &|op, t, other| {
+            if !matches!(op, "<" | "<=" | ">" | ">=" | "==" | "!=")
+                || other.thread_dependent()
+                || t.thread_yz
+            {
+                return false;
             }
-            _ => false,
-        }
+            match t.tx {
+                // warp_id = tid / 32 compared with anything uniform
+                Coef::Sub(d) => d % 32 == 0,
+                // tid < 64: the split falls on a warp boundary
+                Coef::Lin(1) => {
+                    matches!(op, "<" | ">=") && other.konst.is_some_and(|k| k % 32 == 0)
+                }
+                _ => false,
+            }
+        })
     }
 
     /// True when `cond` is made of `index < bound` tests with run-time bounds.
     fn guard(&self, cond: Node<'t>, depth: usize) -> bool {
+        self.all_comparisons(cond, depth, &|op, t, other| {
+            let monotone = matches!(t.tx, Coef::Lin(_) | Coef::Scaled | Coef::Zero);
+            matches!(op, "<" | "<=" | ">" | ">=")
+                && monotone
+                && !t.loaded
+                && !t.opaque
+                && !other.thread_dependent()
+                && other.konst.is_none()
+        })
+    }
+
+    /// Walks `cond` through parentheses, `&&` and `||`; every comparison with a
+    /// thread-dependent side must satisfy `ok(operator, thread side, other side)`.
+    fn all_comparisons(
+        &self,
+        cond: Node<'t>,
+        depth: usize,
+        ok: &dyn Fn(&str, &Sym, &Sym) -> bool,
+    ) -> bool {
         if depth > 16 {
             return false;
         }
         match cond.kind() {
             "parenthesized_expression" => cond
                 .named_child(0)
-                .is_some_and(|c| self.guard(c, depth + 1)),
+                .is_some_and(|c| self.all_comparisons(c, depth + 1, ok)),
             "binary_expression" => {
                 let (Some(l), Some(r), Some(op)) = (
                     cond.child_by_field_name("left"),
@@ -103,19 +97,17 @@ impl<'t> Walker<'_, 't> {
                 let (a, b) = (self.eval(l), self.eval(r));
                 match op.kind() {
                     "&&" | "||" => {
-                        (!a.thread_dependent() || self.guard(l, depth + 1))
-                            && (!b.thread_dependent() || self.guard(r, depth + 1))
+                        (!a.thread_dependent() || self.all_comparisons(l, depth + 1, ok))
+                            && (!b.thread_dependent() || self.all_comparisons(r, depth + 1, ok))
                     }
-                    "<" | "<=" | ">" | ">=" => {
-                        let (t, other) = if a.thread_dependent() { (a, b) } else { (b, a) };
-                        let monotone = matches!(t.tx, Coef::Lin(_) | Coef::Scaled | Coef::Zero);
-                        monotone
-                            && !t.loaded
-                            && !t.opaque
-                            && !other.thread_dependent()
-                            && other.konst.is_none()
+                    kind => {
+                        let (t, other) = if a.thread_dependent() {
+                            (&a, &b)
+                        } else {
+                            (&b, &a)
+                        };
+                        ok(kind, t, other)
                     }
-                    _ => false,
                 }
             }
             _ => false,
