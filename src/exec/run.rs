@@ -1,14 +1,18 @@
 //! The worker side of a GPU job: inputs generated on the device, reference and candidate
 //! run on one stream, every output compared on the device, then interleaved timing.
 //!
-//! Order per config (input set A, then B):
-//! 1. fill inputs from the seed, keep a pristine copy;
-//! 2. reference run (outputs poisoned with 0xFF bytes = NaN / -1, inout restored, scratch zeroed);
-//! 3. candidate run, same preparation; inputs compared with the pristine copy;
-//! 4. outputs compared with tolerance; unwritten (still poisoned) elements counted;
-//! 5. a second candidate run on fresh poison must agree (races, first-call-only tricks);
-//! 6. input set B: reference and candidate again; the candidate must match and its output
-//!    must change when the reference's does.
+//! A candidate can write anywhere in the context, so nothing it could have touched is
+//! trusted afterwards. Order per config (input set A, then B):
+//! 1. fill inputs from the seed;
+//! 2. candidate run (outputs poisoned with 0xFF bytes = NaN / -1, inout restored, scratch zeroed);
+//! 3. the pristine input copies regenerated from the seed and compared with the inputs
+//!    (modified inputs fail and are restored);
+//! 4. reference run, same preparation — after the candidate, so its outputs cannot have been
+//!    forged; then outputs compared with tolerance and unwritten (still poisoned) elements counted;
+//! 5. a second candidate run on fresh poison, and the reference again, must agree (races,
+//!    first-call-only tricks);
+//! 6. input set B: the candidate must match again, and its output must change when the
+//!    reference's does.
 //!
 //! Reference output buffers are overwritten with poison before they are freed.
 
@@ -525,6 +529,7 @@ fn fill_inputs(
     c: &JobConfig,
     bufs: &ConfigBuffers,
     seed: u64,
+    copy_to_inputs: bool,
 ) -> Result<(), CudaError> {
     for (i, b) in job.buffers.iter().enumerate() {
         let Some(f) = &c.fills[i] else { continue };
@@ -534,7 +539,7 @@ fn fill_inputs(
         // Each buffer gets its own stream of numbers.
         let s = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1));
         h.fill(pristine, b.dtype, c.lens[i], s, f)?;
-        if let Some(input) = &bufs.input[i] {
+        if let (true, Some(input)) = (copy_to_inputs, &bufs.input[i]) {
             input.copy_from(pristine, h.gpu.stream)?;
         }
     }
@@ -692,7 +697,13 @@ fn inputs_modified(
     job: &ExecJob,
     c: &JobConfig,
     bufs: &ConfigBuffers,
+    seed: u64,
 ) -> Result<bool, CudaError> {
+    // A candidate can write anywhere in the context, the pristine copies included, so they
+    // are regenerated from the seed (our kernel, after the candidate finished) before the
+    // comparison rather than trusted.
+    fill_inputs(h, job, c, bufs, seed, false)?;
+    let mut modified = false;
     for (i, _) in job.buffers.iter().enumerate() {
         if let (Some(input), Some(pristine)) = (&bufs.input[i], &bufs.pristine[i]) {
             let s = h.compare(
@@ -707,12 +718,34 @@ fn inputs_modified(
             if s.mismatches > 0 {
                 // Restore, so later runs see the real inputs.
                 input.copy_from(pristine, h.gpu.stream)?;
-                return Ok(true);
+                modified = true;
             }
         }
     }
-    let _ = c;
-    Ok(false)
+    Ok(modified)
+}
+
+/// The seed of the second input set.
+fn seed_b(seed: u64) -> u64 {
+    seed.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(1)
+}
+
+/// Candidate first, then the inputs verified, then the reference: the reference writes its
+/// outputs after the candidate has finished, so a candidate that writes out of bounds into
+/// the reference's buffers cannot make them agree with it. Returns whether inputs changed.
+fn candidate_then_reference(
+    h: &Harness,
+    job: &ExecJob,
+    c: &JobConfig,
+    bufs: &ConfigBuffers,
+    sides: (&Side, &Side),
+    seed: u64,
+) -> Run<bool> {
+    let (reference, candidate) = sides;
+    cand(run_side(h, job, c, bufs, candidate, Who::Candidate))?;
+    let modified = harness(inputs_modified(h, job, c, bufs, seed))?;
+    run_side(h, job, c, bufs, reference, Who::Reference).map_err(Fault::Reference)?;
+    Ok(modified)
 }
 
 fn check_config(
@@ -723,7 +756,6 @@ fn check_config(
     sides: (&Side, &Side),
     gpu_ms: &mut f64,
 ) -> Run<ConfigCheck> {
-    let (reference, candidate) = sides;
     let mut check = ConfigCheck {
         config: c.name.clone(),
         passed: false,
@@ -747,10 +779,8 @@ fn check_config(
     };
     let t = Instant::now();
     // Input set A.
-    harness(fill_inputs(h, job, c, bufs, job.seed))?;
-    run_side(h, job, c, bufs, reference, Who::Reference).map_err(Fault::Reference)?;
-    cand(run_side(h, job, c, bufs, candidate, Who::Candidate))?;
-    check.inputs_modified = harness(inputs_modified(h, job, c, bufs))?;
+    harness(fill_inputs(h, job, c, bufs, job.seed, true))?;
+    check.inputs_modified = candidate_then_reference(h, job, c, bufs, sides, job.seed)?;
     let (s, first) = harness(compare_outputs(
         h,
         job,
@@ -765,9 +795,10 @@ fn check_config(
     check.max_abs_err = s.max_abs;
     check.max_rel_err = s.max_rel;
     check.first_mismatch = first;
-    // Second run on fresh poison: races and first-call-only work show up here.
+    // Second run on fresh poison: races and first-call-only work show up here. The
+    // reference runs again after it, so the comparison with it cannot be forged.
     harness(copy_outputs(h, &bufs.out_cand, &bufs.saved))?;
-    cand(run_side(h, job, c, bufs, candidate, Who::Candidate))?;
+    check.inputs_modified |= candidate_then_reference(h, job, c, bufs, sides, job.seed)?;
     let (again, _) = harness(compare_outputs(
         h,
         job,
@@ -791,16 +822,8 @@ fn check_config(
     let random_inputs = c.fills.iter().flatten().any(|f| f.random);
     let mut b_mismatches = 0;
     if random_inputs {
-        harness(fill_inputs(
-            h,
-            job,
-            c,
-            bufs,
-            job.seed.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(1),
-        ))?;
-        run_side(h, job, c, bufs, reference, Who::Reference).map_err(Fault::Reference)?;
-        cand(run_side(h, job, c, bufs, candidate, Who::Candidate))?;
-        if harness(inputs_modified(h, job, c, bufs))? {
+        harness(fill_inputs(h, job, c, bufs, seed_b(job.seed), true))?;
+        if candidate_then_reference(h, job, c, bufs, sides, seed_b(job.seed))? {
             check.inputs_modified = true;
         }
         let (sb, fb) = harness(compare_outputs(
@@ -1029,7 +1052,12 @@ fn time_config(
         }
     }
     *gpu_ms += spent_ms;
-    // The last timed run's outputs are still in place: check them too.
+    // The last timed run's outputs are still in place: check them too, against a reference
+    // run made after it, on inputs verified after it.
+    let random = c.fills.iter().flatten().any(|f| f.random);
+    let seed = if random { seed_b(job.seed) } else { job.seed };
+    let modified = harness(inputs_modified(h, job, c, bufs, seed))?;
+    run_side(h, job, c, bufs, reference, Who::Reference).map_err(Fault::Reference)?;
     let (last, _) = harness(compare_outputs(
         h,
         job,
@@ -1098,7 +1126,7 @@ fn time_config(
             repetitions: ref_us.len() as u32,
             occupancy,
         },
-        last.mismatches > 0 || last.unwritten > 0,
+        last.mismatches > 0 || last.unwritten > 0 || modified,
     ))
 }
 
