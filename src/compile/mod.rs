@@ -406,14 +406,7 @@ impl Compiler {
                         stderr_tail,
                     } => {
                         // Out of memory under RLIMIT_AS ends here too: a candidate's fault.
-                        let tail: String = stderr_tail
-                            .chars()
-                            .rev()
-                            .take(300)
-                            .collect::<Vec<_>>()
-                            .into_iter()
-                            .rev()
-                            .collect();
+                        let tail = crate::sandbox::last_lines(&stderr_tail, 5, "\n");
                         return CompileOutcome::Failed {
                             log: format!("the compiler process died: {reason}\n{tail}"),
                             cached: false,

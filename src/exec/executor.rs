@@ -160,15 +160,7 @@ impl Executor {
                         reason,
                         stderr_tail,
                     } => {
-                        let tail: String = stderr_tail
-                            .lines()
-                            .rev()
-                            .take(5)
-                            .collect::<Vec<_>>()
-                            .into_iter()
-                            .rev()
-                            .collect::<Vec<_>>()
-                            .join(" | ");
+                        let tail = crate::sandbox::last_lines(&stderr_tail, 5, " | ");
                         ExecResult::status_only(ExecStatus::Crashed {
                             reason: if tail.is_empty() {
                                 reason

@@ -777,19 +777,16 @@ fn check_config(
         timed_run_mismatch: false,
         reasons: Vec::new(),
     };
+    let cmp =
+        |got: &[Option<DeviceBuffer>],
+         want: &[Option<DeviceBuffer>],
+         nan_equal: bool,
+         exact: bool| { harness(compare_outputs(h, job, c, got, want, nan_equal, exact)) };
     let t = Instant::now();
     // Input set A.
     harness(fill_inputs(h, job, c, bufs, job.seed, true))?;
     check.inputs_modified = candidate_then_reference(h, job, c, bufs, sides, job.seed)?;
-    let (s, first) = harness(compare_outputs(
-        h,
-        job,
-        c,
-        &bufs.out_cand,
-        &bufs.out_ref,
-        false,
-        false,
-    ))?;
+    let (s, first) = cmp(&bufs.out_cand, &bufs.out_ref, false, false)?;
     check.mismatches = s.mismatches;
     check.unwritten = s.unwritten;
     check.max_abs_err = s.max_abs;
@@ -799,25 +796,9 @@ fn check_config(
     // reference runs again after it, so the comparison with it cannot be forged.
     harness(copy_outputs(h, &bufs.out_cand, &bufs.saved))?;
     check.inputs_modified |= candidate_then_reference(h, job, c, bufs, sides, job.seed)?;
-    let (again, _) = harness(compare_outputs(
-        h,
-        job,
-        c,
-        &bufs.out_cand,
-        &bufs.saved,
-        true,
-        false,
-    ))?;
+    let (again, _) = cmp(&bufs.out_cand, &bufs.saved, true, false)?;
     check.nondeterministic = again.mismatches > 0;
-    let (again_ref, _) = harness(compare_outputs(
-        h,
-        job,
-        c,
-        &bufs.out_cand,
-        &bufs.out_ref,
-        false,
-        false,
-    ))?;
+    let (again_ref, _) = cmp(&bufs.out_cand, &bufs.out_ref, false, false)?;
     // Input set B: must still match, and must change when the reference changes.
     let random_inputs = c.fills.iter().flatten().any(|f| f.random);
     let mut b_mismatches = 0;
@@ -826,15 +807,7 @@ fn check_config(
         if candidate_then_reference(h, job, c, bufs, sides, seed_b(job.seed))? {
             check.inputs_modified = true;
         }
-        let (sb, fb) = harness(compare_outputs(
-            h,
-            job,
-            c,
-            &bufs.out_cand,
-            &bufs.out_ref,
-            false,
-            false,
-        ))?;
+        let (sb, fb) = cmp(&bufs.out_cand, &bufs.out_ref, false, false)?;
         b_mismatches = sb.mismatches;
         check.unwritten = check.unwritten.max(sb.unwritten);
         check.max_abs_err = check.max_abs_err.max(sb.max_abs);
@@ -842,24 +815,8 @@ fn check_config(
         if check.first_mismatch.is_none() {
             check.first_mismatch = fb;
         }
-        let (same_cand, _) = harness(compare_outputs(
-            h,
-            job,
-            c,
-            &bufs.out_cand,
-            &bufs.saved,
-            true,
-            true,
-        ))?;
-        let (ref_changed, _) = harness(compare_outputs(
-            h,
-            job,
-            c,
-            &bufs.out_ref,
-            &bufs.saved,
-            true,
-            false,
-        ))?;
+        let (same_cand, _) = cmp(&bufs.out_cand, &bufs.saved, true, true)?;
+        let (ref_changed, _) = cmp(&bufs.out_ref, &bufs.saved, true, false)?;
         check.input_independent = same_cand.mismatches == 0 && ref_changed.mismatches > 0;
     }
     *gpu_ms += t.elapsed().as_secs_f64() * 1e3;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::{syntax_ngram_names, syntax_ngrams, Pair, RankerError, RankingData, Result, Sample};
-use crate::analysis::{analyze, FEATURE_NAMES};
+use crate::analysis::{analyze, Features, FEATURE_NAMES};
 use crate::dataset::Dataset;
 use crate::timings::Timings;
 
@@ -27,8 +27,14 @@ pub fn ngram_buckets(names: &[String]) -> usize {
 
 /// The feature vector of a CUDA source for a model with these feature names.
 pub fn features_for(source: &str, names: &[String]) -> Result<Vec<f32>> {
+    features_from(&analyze(source.as_bytes()), source, names)
+}
+
+/// The same from features already computed for `source` (the evaluator's structure stage),
+/// so the source is not analysed twice.
+pub fn features_from(features: &Features, source: &str, names: &[String]) -> Result<Vec<f32>> {
     let buckets = ngram_buckets(names);
-    let mut v = analyze(source.as_bytes()).to_vector();
+    let mut v = features.to_vector();
     if buckets > 0 {
         v.extend(syntax_ngrams(source.as_bytes(), buckets)?);
     }

@@ -54,7 +54,7 @@ pub use eval::{
     cross_validate, cross_validate_on, cross_validate_scorer, cv_folds, pairwise_accuracy,
     AccuracyBreakdown, CvReport, FoldReport, PairAccuracy, CLEAR_PAIR_LOG_RATIO,
 };
-pub use from_dataset::{feature_names, features_for, ngram_buckets, ranking_data};
+pub use from_dataset::{feature_names, features_for, features_from, ngram_buckets, ranking_data};
 pub use io::{METADATA_FILE, MODEL_FORMAT, MODEL_FORMAT_VERSION, WEIGHTS_FILE};
 pub use model::{DenseLayer, MlpWeights, ScorerNet};
 pub use ngrams::{syntax_ngram_names, syntax_ngrams};

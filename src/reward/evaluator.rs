@@ -215,11 +215,16 @@ impl Evaluator {
         &self,
         task: &Task,
         code: &str,
-        eval: &mut Evaluation,
+        eval: &Evaluation,
     ) -> Result<super::RankerStage, String> {
         let ranker = self.ranker()?;
         let names = ranker.feature_names();
-        let cand = crate::ranker::features_for(code, names)
+        // The structure stage already analysed this source; reuse its features.
+        let features = match &eval.features {
+            Some(f) => crate::ranker::features_from(f, code, names),
+            None => crate::ranker::features_for(code, names),
+        };
+        let cand = features
             .and_then(|f| ranker.score(&f))
             .map_err(|e| e.to_string())?;
         let cached = self
@@ -241,7 +246,6 @@ impl Evaluator {
                 r
             }
         };
-        let _ = eval;
         Ok(super::RankerStage {
             candidate_score: f64::from(cand),
             reference_score: f64::from(reference),

@@ -12,7 +12,7 @@ mod worker;
 
 use std::path::{Path, PathBuf};
 
-pub use pool::{JobOutcome, Pool, PoolStats, WorkerSpec};
+pub use pool::{last_lines, JobOutcome, Pool, PoolStats, WorkerSpec};
 pub use worker::{main as worker_main, run_if_requested, serve, WORKER_ARG};
 
 /// Environment variable naming the worker executable.

@@ -55,6 +55,12 @@ pub enum JobOutcome {
 
 const STDERR_KEEP_BYTES: usize = 4096;
 
+/// The last `n` lines of a worker's stderr tail, joined with `sep`, for error messages.
+pub fn last_lines(text: &str, n: usize, sep: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join(sep)
+}
+
 /// A running worker process.
 struct Worker {
     child: Child,
