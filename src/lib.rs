@@ -37,6 +37,7 @@ pub mod sandbox;
 pub mod syntax;
 pub mod task;
 pub mod timings;
+pub mod worker;
 
 pub use candidate::{Candidate, CandidateError};
 pub use reward::{Reward, RewardReport, Scored, Submission};

@@ -379,6 +379,11 @@ pub struct Task {
     pub reference: Implementation,
     /// The other known implementations.
     pub implementations: Vec<Implementation>,
+    /// Floating-point operations one run must do, as an expression over the sizes
+    /// (`flops = "2 * m * n * k"`), for compute-bound tasks: with it a timing result faster
+    /// than FLOPs / the device's peak is `implausible`, like one faster than the bytes the
+    /// ABI must move allow. `None` when the task does not declare it.
+    pub flops: Option<Expr>,
 }
 
 /// Why a task could not be loaded.
@@ -432,6 +437,8 @@ struct RawTask {
     configs: Vec<InputConfig>,
     #[serde(default)]
     inputs: BTreeMap<String, Distribution>,
+    #[serde(default)]
+    flops: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -731,6 +738,31 @@ impl Task {
             ));
         }
 
+        let flops = match &raw.flops {
+            None => None,
+            Some(text) => {
+                let e = Expr::parse(text).map_err(|e| invalid("flops".into(), e.to_string()))?;
+                for (ci, c) in raw.configs.iter().enumerate() {
+                    let v = e.eval_f64(&c.sizes).map_err(|err| {
+                        invalid(
+                            "flops".into(),
+                            format!("{err} in config `{}` (configs[{ci}])", c.name),
+                        )
+                    })?;
+                    if !(v.is_finite() && v >= 0.0) {
+                        return Err(invalid(
+                            "flops".into(),
+                            format!(
+                                "evaluates to {v} in config `{}` (configs[{ci}]); it must be a finite count >= 0",
+                                c.name
+                            ),
+                        ));
+                    }
+                }
+                Some(e)
+            }
+        };
+
         let (_, original) = read_task_file(dir, toml_path, "original", &raw.original)?;
         let load_impl = |field: String, file: &str| -> Result<Implementation, TaskError> {
             let (path, source) = read_task_file(dir, toml_path, &field, file)?;
@@ -768,6 +800,7 @@ impl Task {
             tolerance,
             reference,
             implementations,
+            flops,
         };
         for (ci, c) in task.configs.iter().enumerate() {
             let bytes = task.buffer_bytes(c).map_err(|m| {

@@ -44,8 +44,10 @@ fn exec_result_with_nan_round_trips_through_json() {
             pass_rate: 0.0,
             configs: vec![check],
             seed: 9,
+            protocol: 2,
         }),
         timing: Some(TimingStage {
+            protocol: 2,
             config: "large".into(),
             reference_us: f64::NAN,
             candidate_us: 1.0,
@@ -56,8 +58,15 @@ fn exec_result_with_nan_round_trips_through_json() {
             within_noise: true,
             implausible: false,
             floor_us: 0.5,
+            compute_floor_us: 0.0,
+            unstable: false,
+            reference_spread: 0.01,
+            reference_calibration: 0.004,
+            withheld: None,
             achieved_gbps: 3.0,
             repetitions: 20,
+            warmup: 3,
+            checked_runs: 23,
             occupancy: vec![],
         }),
         device: None,
@@ -79,6 +88,23 @@ fn exec_result_with_nan_round_trips_through_json() {
     .expect("json");
     assert_eq!(s["status"], "cuda_error");
     assert_eq!(s["code"], 700);
+}
+
+/// Reports written by protocol v1 (no `protocol` field, none of v2's timing fields) still
+/// parse, and say they are v1, so a trainer can refuse their timings.
+#[test]
+fn v1_reports_parse_as_protocol_1() {
+    let v1 = r#"{"config":"large","reference_us":181.8,"candidate_us":143.6,"speedup":1.266,
+        "raw_speedup":1.266,"ci95":[1.265,1.267],"noise_floor":0.005,"within_noise":false,
+        "implausible":false,"floor_us":40.1,"achieved_gbps":1400.0,"repetitions":200,"occupancy":[]}"#;
+    let t: TimingStage = serde_json::from_str(v1).expect("v1 timing parses");
+    assert_eq!(t.protocol, 1);
+    assert!(!t.unstable && t.withheld.is_none() && t.compute_floor_us == 0.0);
+    let c: CorrectnessStage =
+        serde_json::from_str(r#"{"passed":true,"pass_rate":1.0,"configs":[],"seed":3}"#)
+            .expect("v1 correctness parses");
+    assert_eq!(c.protocol, 1);
+    assert_eq!(cudaperf::exec::PROTOCOL_VERSION, 2);
 }
 
 /// The job a worker receives has every expression evaluated: lengths, scalars, fills,
@@ -109,8 +135,11 @@ fn job_building_evaluates_everything() {
         timing: None,
         max_device_bytes: 0,
         bandwidth_gbps: 0.0,
+        peak_tflops: 0.0,
+        deadline_ms: 60_000,
     })
     .expect("job");
+    assert_eq!(job.flops, 0.0, "vector_add declares no flops");
     assert_eq!(job.buffers.len(), 3);
     let last = job.configs.last().expect("config");
     let n = task.configs.last().expect("config").sizes["n"];

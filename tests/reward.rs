@@ -220,6 +220,7 @@ fn execute(status: ExecStatus) -> ExecuteStage {
 
 fn timing(speedup: f64, implausible: bool) -> TimingStage {
     TimingStage {
+        protocol: 2,
         config: "large_odd".into(),
         reference_us: 100.0,
         candidate_us: 100.0 / speedup,
@@ -230,8 +231,15 @@ fn timing(speedup: f64, implausible: bool) -> TimingStage {
         within_noise: false,
         implausible,
         floor_us: 1.0,
+        compute_floor_us: 0.0,
+        unstable: false,
+        reference_spread: 0.002,
+        reference_calibration: 0.002,
+        withheld: None,
         achieved_gbps: 1000.0,
         repetitions: 20,
+        warmup: 3,
+        checked_runs: 23,
         occupancy: Vec::new(),
     }
 }
@@ -285,6 +293,7 @@ fn evaluation(o: Outcome) -> Evaluation {
         pass_rate,
         configs: Vec::new(),
         seed: 1,
+        protocol: 2,
     };
     match o {
         Outcome::RuntimeFault => {

@@ -1,13 +1,18 @@
-//! The worker pool without a GPU: round trips, timeouts, crashes, impostors, spawn
-//! failures, many jobs, and noisy workers. Every job must get an outcome.
+//! The worker pool without a GPU: greetings, round trips, timeouts, crashes, impostors,
+//! spawn failures, many jobs, and noisy workers. Every job must get an outcome, and the
+//! outcome must say whose failure it was (`Unavailable` for ours).
 
 mod common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cudaperf::sandbox::protocol::{Job, JobResult, Response};
-use cudaperf::sandbox::{find_worker, serve, JobOutcome, Pool, WorkerSpec};
+use cudaperf::sandbox::protocol::{Response, PROTOCOL_VERSION};
+use cudaperf::sandbox::{serve, Handled, Handler, JobOutcome, Pool, WorkerSpec};
+use cudaperf::worker::{find_worker, DiagJob, DiagReply, Role, WORKER_ARG};
+
+type DiagPool = Pool<DiagJob, DiagReply>;
+const PONG: JobOutcome<DiagReply> = JobOutcome::Done(DiagReply::Pong);
 
 fn spec(program: impl Into<PathBuf>, args: &[&str]) -> WorkerSpec {
     WorkerSpec {
@@ -15,15 +20,20 @@ fn spec(program: impl Into<PathBuf>, args: &[&str]) -> WorkerSpec {
         args: args.iter().map(|s| s.to_string()).collect(),
         env: Vec::new(),
         memory_limit_bytes: None,
+        role: "diag".into(),
     }
 }
 
 fn worker_spec() -> WorkerSpec {
-    spec(common::cudaperf_bin(), &["worker"])
+    spec(common::cudaperf_bin(), &[WORKER_ARG, "diag"])
 }
 
-fn pool(n: usize) -> Pool {
+fn pool(n: usize) -> DiagPool {
     Pool::new(vec![worker_spec(); n])
+}
+
+fn sh(script: &str) -> WorkerSpec {
+    spec("sh", &["-c", script])
 }
 
 const LONG: Duration = Duration::from_secs(30);
@@ -34,7 +44,7 @@ fn ping_round_trip() {
     let p = pool(1);
     assert_eq!(p.len(), 1);
     for _ in 0..3 {
-        assert_eq!(p.run(&Job::Ping, LONG), JobOutcome::Done(JobResult::Pong));
+        assert_eq!(p.run(&DiagJob::Ping, LONG), PONG);
     }
     assert_eq!(p.stats().restarts, 0);
 }
@@ -44,111 +54,141 @@ fn ping_round_trip() {
 #[test]
 fn sleep_past_limit_times_out_and_worker_is_replaced() {
     let p = pool(1);
-    assert_eq!(p.run(&Job::Ping, LONG), JobOutcome::Done(JobResult::Pong));
+    assert_eq!(p.run(&DiagJob::Ping, LONG), PONG);
     let limit = Duration::from_millis(300);
     let t = Instant::now();
-    let out = p.run(&Job::Sleep { ms: 20_000 }, limit);
+    let out = p.run(&DiagJob::Sleep { ms: 20_000 }, limit);
     assert_eq!(out, JobOutcome::Timeout { limit });
-    assert!(
-        t.elapsed() < Duration::from_secs(3),
-        "timeout took {:?}",
-        t.elapsed()
-    );
+    assert!(t.elapsed() < Duration::from_secs(3), "timeout took {:?}", t.elapsed());
     assert_eq!(p.stats().restarts, 1);
-    assert_eq!(p.run(&Job::Ping, LONG), JobOutcome::Done(JobResult::Pong));
+    assert_eq!(p.run(&DiagJob::Ping, LONG), PONG);
     assert_eq!(p.stats().restarts, 1);
 }
 
 /// A sleep within its limit is answered.
 #[test]
 fn sleep_within_limit_is_answered() {
-    let p = pool(1);
-    assert_eq!(
-        p.run(&Job::Sleep { ms: 50 }, LONG),
-        JobOutcome::Done(JobResult::Pong)
-    );
+    assert_eq!(pool(1).run(&DiagJob::Sleep { ms: 50 }, LONG), PONG);
 }
 
-/// A worker that exits mid-job is Crashed with its exit status, and is respawned.
+/// A worker that exits mid-job (after greeting) is Crashed with its exit status, and is
+/// respawned.
 #[test]
 fn exit_is_crashed_and_respawned() {
     let p = pool(1);
-    let out = p.run(&Job::Exit { code: 7 }, LONG);
-    match &out {
-        JobOutcome::Crashed { reason, .. } => assert!(
-            reason.contains("exit") || reason.contains("closed"),
-            "{reason}"
-        ),
+    match p.run(&DiagJob::Exit { code: 7 }, LONG) {
+        JobOutcome::Crashed { reason, .. } => {
+            assert!(reason.contains("exit") || reason.contains("closed"), "{reason}")
+        }
         other => panic!("expected Crashed, got {other:?}"),
     }
     assert_eq!(p.stats().restarts, 1);
-    assert_eq!(p.run(&Job::Ping, LONG), JobOutcome::Done(JobResult::Pong));
+    assert_eq!(p.run(&DiagJob::Ping, LONG), PONG);
 }
 
-/// `/bin/cat` echoes the request, which is not a response: a protocol error, reported as
-/// Crashed (not a hang, not a panic).
+/// A worker that asks to be restarted answers, then is replaced before the next job.
+#[test]
+fn restart_request_replaces_the_worker() {
+    let p = pool(1);
+    assert_eq!(p.run(&DiagJob::Restart, LONG), PONG);
+    assert_eq!(p.stats().restarts, 1);
+    assert_eq!(p.run(&DiagJob::Ping, LONG), PONG);
+}
+
+fn unavailable(o: JobOutcome<DiagReply>) -> String {
+    match o {
+        JobOutcome::Unavailable { reason } => reason,
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+/// `/bin/cat` never greets: Unavailable once the greeting wait (bounded by the job's limit)
+/// is over — not a hang, and not the job's fault.
 #[test]
 fn cat_is_not_a_worker() {
-    let p = Pool::new(vec![spec("/bin/cat", &[])]);
+    let p: DiagPool = Pool::new(vec![spec("/bin/cat", &[])]);
     let t = Instant::now();
-    match p.run(&Job::Ping, Duration::from_secs(10)) {
-        JobOutcome::Crashed { reason, .. } => assert!(reason.contains("protocol"), "{reason}"),
-        other => panic!("expected Crashed, got {other:?}"),
-    }
+    let reason = unavailable(p.run(&DiagJob::Ping, Duration::from_millis(1500)));
+    assert!(reason.contains("did not greet"), "{reason}");
     assert!(t.elapsed() < Duration::from_secs(5));
 }
 
-/// A program that prints garbage and then lingers is reported as a protocol error at once,
-/// not after its sleep or the job limit.
+/// A program that prints garbage and then lingers is refused at once, naming what it said.
 #[test]
-fn garbage_printer_is_a_protocol_error() {
-    let p = Pool::new(vec![spec("sh", &["-c", "echo garbage; sleep 5"])]);
+fn garbage_printer_is_not_a_worker() {
+    let p: DiagPool = Pool::new(vec![sh("echo garbage; sleep 5")]);
     let t = Instant::now();
-    match p.run(&Job::Ping, Duration::from_secs(20)) {
-        JobOutcome::Crashed { reason, .. } => assert!(
-            reason.contains("protocol") && reason.contains("garbage"),
-            "{reason}"
-        ),
-        other => panic!("expected Crashed, got {other:?}"),
-    }
+    let reason = unavailable(p.run(&DiagJob::Ping, Duration::from_secs(20)));
+    assert!(reason.contains("not a cudaperf worker") && reason.contains("garbage"), "{reason}");
+    assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
+}
+
+/// `/bin/false` (the failure a trainer saw with `CUDAPERF_WORKER=/bin/false`) is
+/// Unavailable, never a crash charged to the job.
+#[test]
+fn false_is_unavailable() {
+    let p: DiagPool = Pool::new(vec![spec("/bin/false", &[])]);
+    let reason = unavailable(p.run(&DiagJob::Ping, LONG));
+    assert!(reason.contains("/bin/false") && reason.contains("before greeting"), "{reason}");
+}
+
+/// A program that exits at once is Unavailable, with its last words.
+#[test]
+fn silent_exit_is_unavailable_with_stderr() {
+    let p: DiagPool = Pool::new(vec![sh("echo last words >&2; exit 3")]);
+    let reason = unavailable(p.run(&DiagJob::Ping, Duration::from_secs(10)));
+    assert!(reason.contains("last words"), "{reason}");
+}
+
+/// A worker of another protocol version is refused, naming both versions.
+#[test]
+fn wrong_protocol_version_is_unavailable() {
+    let hello = format!(
+        r#"echo '{{"hello":{{"protocol":{},"role":"diag","version":"0.0.1","pid":1}}}}'; cat"#,
+        PROTOCOL_VERSION + 7
+    );
+    let p: DiagPool = Pool::new(vec![sh(&hello)]);
+    let reason = unavailable(p.run(&DiagJob::Ping, LONG));
     assert!(
-        t.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        t.elapsed()
+        reason.contains(&format!("protocol {}", PROTOCOL_VERSION + 7))
+            && reason.contains(&format!("speaks {PROTOCOL_VERSION}")),
+        "{reason}"
     );
 }
 
-/// A program that exits at once without answering is Crashed.
+/// A worker of another role (a compile worker where a diag one is wanted) is refused.
 #[test]
-fn silent_exit_is_crashed() {
-    let p = Pool::new(vec![spec("sh", &["-c", "echo last words >&2; exit 3"])]);
-    match p.run(&Job::Ping, Duration::from_secs(10)) {
-        JobOutcome::Crashed { stderr_tail, .. } => {
-            assert!(stderr_tail.contains("last words"), "{stderr_tail}")
-        }
-        other => panic!("expected Crashed, got {other:?}"),
-    }
+fn wrong_role_is_unavailable() {
+    let mut s = spec(common::cudaperf_bin(), &[WORKER_ARG, "compile"]);
+    s.role = "diag".into();
+    let p: DiagPool = Pool::new(vec![s]);
+    let reason = unavailable(p.run(&DiagJob::Ping, LONG));
+    assert!(reason.contains("role `compile`") && reason.contains("`diag`"), "{reason}");
 }
 
-/// A program that does not exist is SpawnFailed, naming it.
+/// A program that does not exist is Unavailable, naming it.
 #[test]
-fn nonexistent_program_is_spawn_failed() {
-    let p = Pool::new(vec![spec("/nonexistent/cudaperf-worker", &["worker"])]);
-    match p.run(&Job::Ping, LONG) {
-        JobOutcome::SpawnFailed { reason } => {
-            assert!(reason.contains("/nonexistent/cudaperf-worker"), "{reason}")
-        }
-        other => panic!("expected SpawnFailed, got {other:?}"),
-    }
+fn nonexistent_program_is_unavailable() {
+    let p: DiagPool = Pool::new(vec![spec("/nonexistent/cudaperf-worker", &[])]);
+    let reason = unavailable(p.run(&DiagJob::Ping, LONG));
+    assert!(reason.contains("/nonexistent/cudaperf-worker"), "{reason}");
 }
 
-fn kind(o: &JobOutcome) -> &'static str {
+/// An unknown role makes the worker exit with a message: the pool says so.
+#[test]
+fn unknown_role_is_unavailable() {
+    let p: DiagPool = Pool::new(vec![spec(common::cudaperf_bin(), &[WORKER_ARG, "juggler"])]);
+    let reason = unavailable(p.run(&DiagJob::Ping, LONG));
+    assert!(reason.contains("unknown role `juggler`"), "{reason}");
+}
+
+fn kind(o: &JobOutcome<DiagReply>) -> &'static str {
     match o {
-        JobOutcome::Done(JobResult::Pong) => "pong",
-        JobOutcome::Done(_) => "done-other",
+        JobOutcome::Done(_) => "pong",
+        JobOutcome::Refused { .. } => "refused",
         JobOutcome::Timeout { .. } => "timeout",
         JobOutcome::Crashed { .. } => "crashed",
-        JobOutcome::SpawnFailed { .. } => "spawn_failed",
+        JobOutcome::Unavailable { .. } => "unavailable",
     }
 }
 
@@ -157,12 +197,12 @@ fn kind(o: &JobOutcome) -> &'static str {
 fn run_all_loses_no_job_and_keeps_order() {
     let p = pool(3);
     let limit = Duration::from_millis(800);
-    let jobs: Vec<Job> = (0..20)
+    let jobs: Vec<DiagJob> = (0..20)
         .map(|i| match i % 5 {
-            0 | 1 => Job::Ping,
-            2 => Job::Sleep { ms: 20 },
-            3 => Job::Exit { code: 1 },
-            _ => Job::Sleep { ms: 10_000 },
+            0 | 1 => DiagJob::Ping,
+            2 => DiagJob::Sleep { ms: 20 },
+            3 => DiagJob::Exit { code: 1 },
+            _ => DiagJob::Sleep { ms: 10_000 },
         })
         .collect();
     let t = Instant::now();
@@ -177,12 +217,7 @@ fn run_all_loses_no_job_and_keeps_order() {
         assert_eq!(kind(o), want, "job {i}: {o:?}");
     }
     assert_eq!(p.stats().restarts, 8, "4 crashes + 4 timeouts");
-    // 4 timeouts of 0.8 s spread over 3 workers: well under running them in sequence.
-    assert!(
-        t.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        t.elapsed()
-    );
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
 }
 
 /// A worker whose stderr is flooded (like a kernel printf storm) keeps answering; the
@@ -190,20 +225,17 @@ fn run_all_loses_no_job_and_keeps_order() {
 #[test]
 fn protocol_survives_a_stderr_flood() {
     let bin = common::cudaperf_bin();
-    let script = "(yes 'printf flood printf flood printf flood' | head -c 30000000 >&2 &) ; exec \"$0\" worker";
-    let p = Pool::new(vec![spec("sh", &["-c", script, bin.to_str().unwrap()])]);
+    let script = format!(
+        "(yes 'printf flood printf flood printf flood' | head -c 30000000 >&2 &) ; exec \"$0\" {WORKER_ARG} diag"
+    );
+    let p: DiagPool = Pool::new(vec![spec("sh", &["-c", &script, bin.to_str().unwrap()])]);
     for _ in 0..20 {
-        assert_eq!(
-            p.run(&Job::Sleep { ms: 20 }, LONG),
-            JobOutcome::Done(JobResult::Pong)
-        );
+        assert_eq!(p.run(&DiagJob::Sleep { ms: 20 }, LONG), PONG);
     }
-    match p.run(&Job::Exit { code: 2 }, LONG) {
-        JobOutcome::Crashed { stderr_tail, .. } => assert!(
-            stderr_tail.len() <= 4096,
-            "tail of {} bytes",
-            stderr_tail.len()
-        ),
+    match p.run(&DiagJob::Exit { code: 2 }, LONG) {
+        JobOutcome::Crashed { stderr_tail, .. } => {
+            assert!(stderr_tail.len() <= 4096, "tail of {} bytes", stderr_tail.len())
+        }
         other => panic!("expected Crashed, got {other:?}"),
     }
 }
@@ -212,53 +244,60 @@ fn protocol_survives_a_stderr_flood() {
 #[test]
 fn concurrent_runs_share_the_pool() {
     let p = pool(2);
-    let results: Vec<JobOutcome> = std::thread::scope(|s| {
+    let results: Vec<JobOutcome<DiagReply>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
-            .map(|_| s.spawn(|| p.run(&Job::Sleep { ms: 30 }, LONG)))
+            .map(|_| s.spawn(|| p.run(&DiagJob::Sleep { ms: 30 }, LONG)))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert!(
-        results
-            .iter()
-            .all(|o| *o == JobOutcome::Done(JobResult::Pong)),
-        "{results:?}"
-    );
+    assert!(results.iter().all(|o| *o == PONG), "{results:?}");
 }
 
-/// The worker loop answers bad request lines with an error instead of dying, and skips
-/// blank lines.
+struct Echo;
+impl Handler for Echo {
+    type Job = DiagJob;
+    type Reply = DiagReply;
+    fn handle(&mut self, job: DiagJob) -> Handled<DiagReply> {
+        match job {
+            DiagJob::Sleep { ms } if ms > 1000 => Handled::refused("too sleepy"),
+            _ => Handled::ok(DiagReply::Pong),
+        }
+    }
+}
+
+/// The worker loop greets first, answers bad request lines with an error (keeping the id
+/// when the envelope is readable) instead of dying, and skips blank lines.
 #[test]
-fn serve_answers_bad_requests() {
-    let input = b"{\"id\":5,\"job\":{\"type\":\"ping\"}}\n\nnot json\n{\"id\":6,\"job\":{\"type\":\"fly\"}}\n{\"id\":7,\"job\":{\"type\":\"sleep\",\"ms\":1}}\n";
+fn serve_greets_and_answers_bad_requests() {
+    let input = b"{\"id\":5,\"job\":{\"type\":\"ping\"}}\n\nnot json\n{\"id\":6,\"job\":{\"type\":\"fly\"}}\n{\"id\":7,\"job\":{\"type\":\"sleep\",\"ms\":1}}\n{\"id\":8,\"job\":{\"type\":\"sleep\",\"ms\":5000}}\n";
     let mut out = Vec::new();
-    serve(&input[..], &mut out).unwrap();
-    let responses: Vec<Response> = String::from_utf8(out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(responses.len(), 4);
-    assert_eq!(
-        (responses[0].id, &responses[0].result),
-        (5, &JobResult::Pong)
-    );
-    assert!(
-        matches!(&responses[1].result, JobResult::Error { message } if message.contains("bad request"))
-    );
-    assert!(matches!(&responses[2].result, JobResult::Error { .. }));
-    assert_eq!(
-        (responses[3].id, &responses[3].result),
-        (7, &JobResult::Pong)
-    );
+    serve("diag", &input[..], &mut out, &mut Echo).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let mut lines = text.lines();
+    let hello: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(hello["hello"]["protocol"], PROTOCOL_VERSION);
+    assert_eq!(hello["hello"]["role"], "diag");
+    let responses: Vec<Response<DiagReply>> =
+        lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(responses.len(), 5);
+    assert_eq!((responses[0].id, &responses[0].result), (5, &Some(DiagReply::Pong)));
+    assert!(responses[1].error.as_deref().unwrap().contains("bad request"));
+    assert_eq!(responses[2].id, 6);
+    assert!(responses[2].error.as_deref().unwrap().contains("fly"));
+    assert_eq!((responses[3].id, &responses[3].result), (7, &Some(DiagReply::Pong)));
+    assert_eq!(responses[4].error.as_deref(), Some("too sleepy"));
 }
 
-/// An explicit worker path wins over the environment and the search.
+/// An explicit worker path wins over the environment and the search, and every role is
+/// started with the same spelling.
 #[test]
 fn find_worker_prefers_explicit_path() {
-    let (p, args) = find_worker(Some(std::path::Path::new("/opt/w"))).unwrap();
-    assert_eq!(p, PathBuf::from("/opt/w"));
-    assert_eq!(args, ["worker"]);
+    let w = find_worker(Some(std::path::Path::new("/opt/w")), Role::Gpu).unwrap();
+    assert_eq!(w.program, PathBuf::from("/opt/w"));
+    assert_eq!(w.args, [WORKER_ARG, "gpu"]);
     // Without one, something is found in a cargo build (env var or the built binary).
-    assert!(find_worker(None).is_some());
+    assert!(find_worker(None, Role::Compile).is_some());
+    for r in Role::ALL {
+        assert_eq!(Role::from_name(r.as_str()), Some(r));
+    }
 }

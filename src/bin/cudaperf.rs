@@ -83,8 +83,6 @@ enum Command {
         #[command(flatten)]
         compile: CompileArgs,
     },
-    /// Run as a sandbox worker (JSON lines on stdin/stdout); started by the library.
-    Worker,
     /// Print the structural features of a candidate (.cu) or completion (.md).
     Features {
         /// The candidate file.
@@ -842,7 +840,8 @@ fn first_reason(e: &cudaperf::reward::Evaluation) -> String {
 }
 
 fn main() -> ExitCode {
-    cudaperf::sandbox::run_if_requested();
+    // Pools start workers as `cudaperf __cudaperf_worker <role>`; nothing else runs then.
+    cudaperf::worker::run_if_requested();
     // Die quietly on a closed pipe (`cudaperf score ... | head`) like other Unix tools.
     #[cfg(unix)]
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
@@ -855,7 +854,6 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Worker => return ExitCode::from(cudaperf::sandbox::worker_main() as u8),
         Command::Score {
             task,
             files,

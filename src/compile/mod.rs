@@ -14,6 +14,7 @@ pub mod cache;
 pub mod include_guard;
 pub mod nvrtc;
 pub mod ptxas;
+pub mod worker;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -27,8 +28,9 @@ pub use include_guard::{check_includes, ForbiddenInclude, ALLOWED_INCLUDES};
 pub use ptxas::Resources;
 
 use crate::candidate::Candidate;
-use crate::sandbox::protocol::{CompileJob, Job, JobResult};
-use crate::sandbox::{find_worker, JobOutcome, Pool, WorkerSpec};
+use crate::sandbox::{JobOutcome, Pool};
+use crate::worker::{find_worker, Role};
+use worker::{CompileJob, Compiled};
 
 /// Where compiles run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -270,7 +272,7 @@ pub struct CompileStage {
 pub struct Compiler {
     options: CompileOptions,
     cache: CompileCache,
-    pool: OnceLock<Option<Pool>>,
+    pool: OnceLock<Option<Pool<CompileJob, Compiled>>>,
 }
 
 impl Compiler {
@@ -294,19 +296,15 @@ impl Compiler {
         self.pool().is_some()
     }
 
-    fn pool(&self) -> Option<&Pool> {
+    fn pool(&self) -> Option<&Pool<CompileJob, Compiled>> {
         self.pool
             .get_or_init(|| {
                 if self.options.isolation == Isolation::InProcess {
                     return None;
                 }
-                let (program, args) = find_worker(self.options.worker.as_deref())?;
-                let spec = WorkerSpec {
-                    program,
-                    args,
-                    env: Vec::new(),
-                    memory_limit_bytes: self.options.memory_limit_bytes,
-                };
+                let command = find_worker(self.options.worker.as_deref(), Role::Compile)?;
+                let mut spec = command.spec(Role::Compile);
+                spec.memory_limit_bytes = self.options.memory_limit_bytes;
                 Some(Pool::new(vec![spec; self.options.workers.max(1)]))
             })
             .as_ref()
@@ -365,14 +363,21 @@ impl Compiler {
         }
         let raw = match self.pool() {
             Some(pool) => {
-                let job = Job::Compile(CompileJob {
+                let job = CompileJob {
                     source: source.to_string(),
                     program_name: "candidate.cu".into(),
                     flags: flags.clone(),
                     name_exprs: exprs.clone(),
-                });
-                match pool.run(&job, self.options.timeout) {
-                    JobOutcome::Done(JobResult::Compiled {
+                };
+                let mut outcome = pool.run(&job, self.options.timeout);
+                if let JobOutcome::Crashed { reason, .. } = &outcome {
+                    // A worker can die of our causes too; a source that kills a fresh one
+                    // again is the candidate's doing (e.g. a template bomb past RLIMIT_AS).
+                    tracing::warn!("compile worker died ({reason}); retrying once");
+                    outcome = pool.run(&job, self.options.timeout);
+                }
+                match outcome {
+                    JobOutcome::Done(Compiled {
                         ok,
                         log,
                         cubin_b64,
@@ -388,13 +393,8 @@ impl Compiler {
                             lowered,
                         }
                     }
-                    JobOutcome::Done(JobResult::Error { message }) => {
-                        return CompileOutcome::Unavailable { reason: message }
-                    }
-                    JobOutcome::Done(other) => {
-                        return CompileOutcome::Unavailable {
-                            reason: format!("compile worker answered with {other:?}"),
-                        }
+                    JobOutcome::Refused { reason } | JobOutcome::Unavailable { reason } => {
+                        return CompileOutcome::Unavailable { reason }
                     }
                     JobOutcome::Timeout { limit } => {
                         return CompileOutcome::Timeout {
@@ -405,16 +405,14 @@ impl Compiler {
                         reason,
                         stderr_tail,
                     } => {
-                        // Out of memory under RLIMIT_AS ends here too: a candidate's fault.
                         let tail = crate::sandbox::last_lines(&stderr_tail, 5, "\n");
                         return CompileOutcome::Failed {
-                            log: format!("the compiler process died: {reason}\n{tail}"),
+                            log: format!(
+                                "the compiler process died twice on this source: {reason}\n{tail}"
+                            ),
                             cached: false,
                             millis: start.elapsed().as_secs_f64() * 1e3,
                         };
-                    }
-                    JobOutcome::SpawnFailed { reason } => {
-                        return CompileOutcome::Unavailable { reason }
                     }
                 }
             }

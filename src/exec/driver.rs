@@ -6,7 +6,7 @@ use std::ffi::{c_void, CString};
 use cudarc::driver::{result, sys};
 
 /// A failed driver call: the CUresult and the step.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[error("{name} ({code}) during {during}")]
 pub struct CudaError {
     /// CUresult value.
@@ -48,13 +48,30 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// The device, its primary context and one stream.
+/// The primary context of device 0 and the stream every launch uses. Released when the
+/// last [`Gpu`] handle and the last resource made through one are gone, so nothing can
+/// outlive the context it belongs to, whatever order fields are dropped in.
+struct Context {
+    device: sys::CUdevice,
+    stream: sys::CUstream,
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: created in Gpu::open; every resource of this context held a Gpu handle,
+        // so all of them are gone. The primary context is released once.
+        unsafe {
+            let _ = result::stream::destroy(self.stream);
+            let _ = result::primary_ctx::release(self.device);
+        }
+    }
+}
+
+/// A handle on the device's context (cheap to clone). Buffers, modules, events and IPC
+/// mappings are made through it and keep it alive.
+#[derive(Clone)]
 pub struct Gpu {
-    /// The device handle.
-    pub device: sys::CUdevice,
-    ctx: sys::CUcontext,
-    /// The stream every launch uses.
-    pub stream: sys::CUstream,
+    ctx: std::sync::Arc<Context>,
 }
 
 impl Gpu {
@@ -62,36 +79,56 @@ impl Gpu {
     pub fn open() -> Result<Gpu, CudaError> {
         result::init().during(|| "cuInit".into())?;
         let device = result::device::get(0).during(|| "cuDeviceGet(0)".into())?;
-        // SAFETY: device is valid; the context is released in Drop.
+        // SAFETY: device is valid; the context is released by `Context::drop`.
         let ctx = unsafe { result::primary_ctx::retain(device) }
             .during(|| "cuDevicePrimaryCtxRetain".into())?;
         // SAFETY: ctx was just retained.
-        unsafe { result::ctx::set_current(ctx) }.during(|| "cuCtxSetCurrent".into())?;
-        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
-            .during(|| "cuStreamCreate".into())?;
+        if let Err(e) = unsafe { result::ctx::set_current(ctx) }.during(|| "cuCtxSetCurrent".into())
+        {
+            // SAFETY: retained above, released once.
+            unsafe {
+                let _ = result::primary_ctx::release(device);
+            }
+            return Err(e);
+        }
+        let stream = match result::stream::create(result::stream::StreamKind::NonBlocking)
+            .during(|| "cuStreamCreate".into())
+        {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: retained above, released once.
+                unsafe {
+                    let _ = result::primary_ctx::release(device);
+                }
+                return Err(e);
+            }
+        };
         Ok(Gpu {
-            device,
-            ctx,
-            stream,
+            ctx: std::sync::Arc::new(Context { device, stream }),
         })
+    }
+
+    /// The stream every launch uses.
+    pub fn stream(&self) -> sys::CUstream {
+        self.ctx.stream
     }
 
     /// An integer device attribute.
     pub fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32, CudaError> {
-        // SAFETY: device is valid.
-        unsafe { result::device::get_attribute(self.device, attr) }
+        // SAFETY: the device handle is valid while the context lives.
+        unsafe { result::device::get_attribute(self.ctx.device, attr) }
             .during(|| format!("cuDeviceGetAttribute({attr:?})"))
     }
 
     /// Device name.
     pub fn name(&self) -> String {
-        result::device::get_name(self.device).unwrap_or_else(|_| "unknown".into())
+        result::device::get_name(self.ctx.device).unwrap_or_else(|_| "unknown".into())
     }
 
     /// Total device memory.
     pub fn total_memory(&self) -> u64 {
-        // SAFETY: device is valid.
-        unsafe { result::device::total_mem(self.device) }
+        // SAFETY: the device handle is valid.
+        unsafe { result::device::total_mem(self.ctx.device) }
             .map(|b| b as u64)
             .unwrap_or(0)
     }
@@ -113,49 +150,114 @@ impl Gpu {
 
     /// Waits for the stream.
     pub fn sync(&self, what: impl FnOnce() -> String) -> Result<(), CudaError> {
-        // SAFETY: stream is valid.
-        unsafe { result::stream::synchronize(self.stream) }.during(what)
+        // SAFETY: the stream is valid while the context lives.
+        unsafe { result::stream::synchronize(self.ctx.stream) }.during(what)
     }
-}
 
-impl Drop for Gpu {
-    fn drop(&mut self) {
-        // SAFETY: created in open(); the primary context is released once.
-        unsafe {
-            let _ = result::stream::destroy(self.stream);
-            let _ = result::primary_ctx::release(self.device);
+    /// Allocates `bytes` (at least 1, so every buffer has a distinct address).
+    pub fn alloc(&self, bytes: usize, what: &str) -> Result<DeviceBuffer, CudaError> {
+        // SAFETY: plain allocation in the current (this) context; freed in Drop.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
+            .during(|| format!("allocating {bytes} bytes for {what}"))?;
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            _gpu: self.clone(),
+        })
+    }
+
+    /// Loads a cubin.
+    pub fn load_module(&self, cubin: &[u8], what: &str) -> Result<Module, CudaError> {
+        if cubin.is_empty() {
+            return Err(CudaError {
+                code: -1,
+                name: "EMPTY_IMAGE".into(),
+                during: format!("loading {what}"),
+            });
         }
-        let _ = self.ctx;
+        // SAFETY: cubin is a complete image produced by NVRTC; the driver copies it.
+        let raw = unsafe { result::module::load_data(cubin.as_ptr() as *const c_void) }
+            .during(|| format!("cuModuleLoadData ({what})"))?;
+        Ok(Module {
+            raw,
+            _gpu: self.clone(),
+        })
+    }
+
+    /// A timing-capable event.
+    pub fn event(&self) -> Result<Event, CudaError> {
+        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .during(|| "cuEventCreate".into())?;
+        Ok(Event {
+            raw,
+            _gpu: self.clone(),
+        })
+    }
+
+    /// Maps the allocation behind `handle` (`bytes` long) from another process.
+    pub fn open_ipc(
+        &self,
+        handle: &IpcHandle,
+        bytes: usize,
+        what: &str,
+    ) -> Result<IpcMapping, CudaError> {
+        let mut raw = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        for (d, s) in raw.reserved.iter_mut().zip(handle) {
+            *d = *s as _;
+        }
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: out-parameter; the handle is plain bytes the driver validates.
+        unsafe {
+            sys::cuIpcOpenMemHandle_v2(
+                &mut ptr,
+                raw,
+                sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+            )
+        }
+        .result()
+        .during(|| format!("cuIpcOpenMemHandle ({what})"))?;
+        Ok(IpcMapping {
+            slice: DevSlice { ptr, bytes },
+            _gpu: self.clone(),
+        })
     }
 }
 
-/// Device memory, freed on drop.
-pub struct DeviceBuffer {
+/// An address range in device memory that this process may use (owned or mapped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevSlice {
     /// Device address.
     pub ptr: sys::CUdeviceptr,
     /// Size in bytes.
     pub bytes: usize,
 }
 
-impl DeviceBuffer {
-    /// Allocates `bytes` (at least 1, so every buffer has a distinct address).
-    pub fn alloc(bytes: usize, what: &str) -> Result<DeviceBuffer, CudaError> {
-        // SAFETY: plain allocation; freed in Drop.
-        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
-            .during(|| format!("allocating {bytes} bytes for {what}"))?;
-        Ok(DeviceBuffer { ptr, bytes })
-    }
-
+impl DevSlice {
     /// Fills every byte with `value` on `stream`.
     pub fn memset(&self, value: u8, stream: sys::CUstream) -> Result<(), CudaError> {
-        // SAFETY: ptr owns `bytes` bytes.
+        if self.bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range belongs to a live allocation or mapping of this process (the
+        // owner outlives the call: every caller holds it).
         unsafe { sys::cuMemsetD8Async(self.ptr, value, self.bytes, stream) }
             .result()
-            .during(|| "cuMemsetD8Async".into())
+            .during(|| format!("cuMemsetD8Async of {} bytes", self.bytes))
     }
 
-    /// Copies all of `src` into this buffer on `stream` (sizes must match).
-    pub fn copy_from(&self, src: &DeviceBuffer, stream: sys::CUstream) -> Result<(), CudaError> {
+    /// Fills whole 32-bit words with `value` on `stream` (a trailing partial word is left).
+    pub fn memset_words(&self, value: u32, stream: sys::CUstream) -> Result<(), CudaError> {
+        if self.bytes < 4 {
+            return Ok(());
+        }
+        // SAFETY: as in `memset`; bytes / 4 words fit in the range.
+        unsafe { sys::cuMemsetD32Async(self.ptr, value, self.bytes / 4, stream) }
+            .result()
+            .during(|| format!("cuMemsetD32Async of {} bytes", self.bytes))
+    }
+
+    /// Copies all of `src` into this range on `stream` (sizes must match).
+    pub fn copy_from(&self, src: DevSlice, stream: sys::CUstream) -> Result<(), CudaError> {
         if src.bytes != self.bytes {
             return Err(CudaError {
                 code: -1,
@@ -166,15 +268,15 @@ impl DeviceBuffer {
         if self.bytes == 0 {
             return Ok(());
         }
-        // SAFETY: both own `bytes` bytes.
+        // SAFETY: both ranges are live and `bytes` long.
         unsafe { result::memcpy_dtod_async(self.ptr, src.ptr, self.bytes, stream) }
             .during(|| "cuMemcpyDtoDAsync".into())
     }
 
-    /// Reads `len` bytes at `offset` to the host (synchronous).
+    /// Reads `len` bytes at `offset` to the host (synchronous; zeros outside the range).
     pub fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>, CudaError> {
         let mut out = vec![0u8; len];
-        if len == 0 || offset + len > self.bytes {
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > self.bytes) {
             return Ok(out);
         }
         // SAFETY: range checked above.
@@ -183,7 +285,7 @@ impl DeviceBuffer {
         Ok(out)
     }
 
-    /// Writes host bytes at offset 0 (synchronous).
+    /// Writes host bytes at offset 0 (synchronous; ignored when they do not fit).
     pub fn write(&self, data: &[u8]) -> Result<(), CudaError> {
         if data.is_empty() || data.len() > self.bytes {
             return Ok(());
@@ -193,9 +295,77 @@ impl DeviceBuffer {
     }
 }
 
+/// The 64 bytes that let another process map a [`DeviceBuffer`] (`cuIpcGetMemHandle`).
+pub type IpcHandle = [u8; 64];
+
+/// Another process's device memory, mapped into this one; unmapped on drop.
+pub struct IpcMapping {
+    slice: DevSlice,
+    _gpu: Gpu,
+}
+
+impl IpcMapping {
+    /// The mapped range.
+    pub fn slice(&self) -> DevSlice {
+        self.slice
+    }
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        // SAFETY: opened once by `open`, closed once here.
+        unsafe {
+            let _ = sys::cuIpcCloseMemHandle(self.slice.ptr);
+        }
+    }
+}
+
+/// Device memory, freed on drop.
+pub struct DeviceBuffer {
+    /// Device address.
+    pub ptr: sys::CUdeviceptr,
+    /// Size in bytes.
+    pub bytes: usize,
+    _gpu: Gpu,
+}
+
+impl DeviceBuffer {
+    /// The owned range.
+    pub fn slice(&self) -> DevSlice {
+        DevSlice {
+            ptr: self.ptr,
+            bytes: self.bytes,
+        }
+    }
+
+    /// The handle another process opens with [`IpcMapping::open`].
+    pub fn ipc_handle(&self) -> Result<IpcHandle, CudaError> {
+        let mut raw = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: out-parameter; ptr is a live cuMemAlloc allocation.
+        unsafe { sys::cuIpcGetMemHandle(&mut raw, self.ptr) }
+            .result()
+            .during(|| format!("cuIpcGetMemHandle ({} bytes)", self.bytes))?;
+        let mut h = [0u8; 64];
+        for (d, s) in h.iter_mut().zip(raw.reserved.iter()) {
+            *d = *s as u8;
+        }
+        Ok(h)
+    }
+
+    /// Overwrites the contents with 0xFF now (synchronously), so that whatever allocates
+    /// this memory next finds nothing of ours.
+    pub fn scrub(&self) {
+        // SAFETY: synchronous memset of owned memory; an error after a sticky fault is moot.
+        unsafe {
+            let _ = sys::cuMemsetD8_v2(self.ptr, 0xFF, self.bytes);
+        }
+    }
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        // SAFETY: allocated by malloc_sync, freed once. Errors after a sticky fault are moot.
+        // SAFETY: allocated by malloc_sync, freed once; its context is alive (we hold a
+        // handle). Errors after a sticky fault are moot.
         unsafe {
             let _ = result::free_sync(self.ptr);
         }
@@ -203,75 +373,60 @@ impl Drop for DeviceBuffer {
 }
 
 /// A loaded module, unloaded on drop.
-pub struct Module(sys::CUmodule);
+pub struct Module {
+    raw: sys::CUmodule,
+    _gpu: Gpu,
+}
 
 impl Module {
-    /// Loads a cubin.
-    pub fn load(cubin: &[u8], what: &str) -> Result<Module, CudaError> {
-        if cubin.is_empty() {
-            return Err(CudaError {
-                code: -1,
-                name: "EMPTY_IMAGE".into(),
-                during: format!("loading {what}"),
-            });
-        }
-        // SAFETY: cubin is a complete image produced by NVRTC; the driver copies it.
-        unsafe { result::module::load_data(cubin.as_ptr() as *const c_void) }
-            .map(Module)
-            .during(|| format!("cuModuleLoadData ({what})"))
-    }
-
-    /// Looks up a kernel by its (lowered) symbol.
+    /// Looks up a kernel by its (lowered) symbol. The function is valid while the module is.
     pub fn function(&self, symbol: &str) -> Result<sys::CUfunction, CudaError> {
         let name = CString::new(symbol).map_err(|_| CudaError {
             code: -1,
             name: "BAD_SYMBOL".into(),
             during: format!("kernel name `{symbol}` contains NUL"),
         })?;
-        // SAFETY: module is loaded.
-        unsafe { result::module::get_function(self.0, name) }
+        // SAFETY: the module is loaded.
+        unsafe { result::module::get_function(self.raw, name) }
             .during(|| format!("cuModuleGetFunction({symbol})"))
     }
 }
 
 impl Drop for Module {
     fn drop(&mut self) {
-        // SAFETY: loaded once, unloaded once.
+        // SAFETY: loaded once, unloaded once; its context is alive (we hold a handle).
         unsafe {
-            let _ = result::module::unload(self.0);
+            let _ = result::module::unload(self.raw);
         }
     }
 }
 
 /// A timing event, destroyed on drop.
-pub struct Event(pub sys::CUevent);
+pub struct Event {
+    raw: sys::CUevent,
+    _gpu: Gpu,
+}
 
 impl Event {
-    /// A timing-capable event.
-    pub fn new() -> Result<Event, CudaError> {
-        result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-            .map(Event)
-            .during(|| "cuEventCreate".into())
-    }
-
     /// Records on a stream.
     pub fn record(&self, stream: sys::CUstream) -> Result<(), CudaError> {
         // SAFETY: valid event and stream.
-        unsafe { result::event::record(self.0, stream) }.during(|| "cuEventRecord".into())
+        unsafe { result::event::record(self.raw, stream) }.during(|| "cuEventRecord".into())
     }
 
     /// Milliseconds from `start` to this event (both recorded and complete).
     pub fn elapsed_since(&self, start: &Event) -> Result<f32, CudaError> {
         // SAFETY: valid events.
-        unsafe { result::event::elapsed(start.0, self.0) }.during(|| "cuEventElapsedTime".into())
+        unsafe { result::event::elapsed(start.raw, self.raw) }
+            .during(|| "cuEventElapsedTime".into())
     }
 }
 
 impl Drop for Event {
     fn drop(&mut self) {
-        // SAFETY: created once, destroyed once.
+        // SAFETY: created once, destroyed once; its context is alive (we hold a handle).
         unsafe {
-            let _ = result::event::destroy(self.0);
+            let _ = result::event::destroy(self.raw);
         }
     }
 }

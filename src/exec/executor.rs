@@ -6,15 +6,18 @@ use std::time::{Duration, Instant};
 
 use super::job::{ExecJob, TimingOptions};
 use super::report::{ExecResult, ExecStatus};
-use crate::sandbox::protocol::{Job, JobResult};
-use crate::sandbox::{find_worker, JobOutcome, Pool, WorkerSpec};
+use crate::sandbox::{JobOutcome, Pool};
+use crate::worker::{find_worker, Role};
 
 /// GPU execution settings; every field has a documented default.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecOptions {
     /// Worker processes per visible GPU (default 1).
     pub workers_per_gpu: usize,
-    /// Wall-clock limit per job, including all configs and timing (default 60 s).
+    /// Wall-clock limit per job, including all configs and timing (default 60 s). The GPU
+    /// worker enforces it on the candidate's runs (a candidate that exhausts it is a
+    /// `timeout`); a worker that does not answer within it plus a grace period is ours
+    /// (`unavailable`).
     pub timeout: Duration,
     /// Timing protocol (see [`TimingOptions`]).
     pub timing: TimingOptions,
@@ -28,6 +31,8 @@ pub struct ExecOptions {
     pub worker: Option<PathBuf>,
     /// Memory bandwidth for the physical floor, GB/s (default 0: the device table).
     pub bandwidth_gbps: f64,
+    /// Peak arithmetic rate for the compute floor, TFLOP/s (default 0: the device table).
+    pub peak_tflops: f64,
 }
 
 impl Default for ExecOptions {
@@ -41,13 +46,14 @@ impl Default for ExecOptions {
             max_configs: None,
             worker: None,
             bandwidth_gbps: 0.0,
+            peak_tflops: 0.0,
         }
     }
 }
 
 /// Runs GPU jobs in sandboxed workers.
 pub struct Executor {
-    pool: Pool,
+    pool: Pool<ExecJob, ExecResult>,
     options: ExecOptions,
     gpus: Vec<String>,
 }
@@ -79,17 +85,14 @@ impl Executor {
     /// Starts nothing yet; fails with a reason when there is no GPU or no worker binary.
     pub fn new(options: ExecOptions) -> Result<Executor, String> {
         let gpus = visible_gpus()?;
-        let (program, args) = find_worker(options.worker.as_deref())
+        let command = find_worker(options.worker.as_deref(), Role::Gpu)
             .ok_or("GPU jobs need the `cudaperf` worker executable: set CUDAPERF_WORKER or ExecOptions::worker")?;
         let mut specs = Vec::new();
         for g in &gpus {
             for _ in 0..options.workers_per_gpu.max(1) {
-                specs.push(WorkerSpec {
-                    program: program.clone(),
-                    args: args.clone(),
-                    env: vec![("CUDA_VISIBLE_DEVICES".into(), g.clone())],
-                    memory_limit_bytes: None,
-                });
+                let mut spec = command.spec(Role::Gpu);
+                spec.env = vec![("CUDA_VISIBLE_DEVICES".into(), g.clone())];
+                specs.push(spec);
             }
         }
         Ok(Executor {
@@ -114,15 +117,9 @@ impl Executor {
         self.pool.stats().restarts
     }
 
-    /// A fresh input seed, unless pinned.
+    /// A fresh job secret (inputs and timing schedule derive from it), unless pinned.
     pub fn seed(&self) -> u64 {
-        self.options.seed.unwrap_or_else(|| {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            (t as u64) ^ ((t >> 64) as u64) ^ (std::process::id() as u64).rotate_left(32)
-        })
+        self.options.seed.unwrap_or_else(fresh_secret)
     }
 
     /// Runs one job; always returns a result.
@@ -137,40 +134,39 @@ impl Executor {
     /// Runs jobs on all workers at once; results in input order, one per job.
     pub fn run_all(&self, jobs: Vec<ExecJob>) -> Vec<ExecResult> {
         let start = Instant::now();
-        let jobs: Vec<Job> = jobs
-            .into_iter()
-            .map(|j| Job::Execute(Box::new(j)))
-            .collect();
+        // Candidates never run inside the GPU worker (it starts runner processes for them),
+        // so a worker that dies or stops answering is our failure, never the candidate's.
+        let grace = Duration::from_secs(15);
         self.pool
-            .run_all(&jobs, self.options.timeout)
+            .run_all(&jobs, self.options.timeout + grace)
             .into_iter()
             .map(|o| {
                 let mut r = match o {
-                    JobOutcome::Done(JobResult::Executed(r)) => *r,
-                    JobOutcome::Done(JobResult::Error { message }) => {
-                        ExecResult::status_only(ExecStatus::Unavailable { reason: message })
+                    JobOutcome::Done(r) => r,
+                    JobOutcome::Refused { reason } | JobOutcome::Unavailable { reason } => {
+                        ExecResult::status_only(ExecStatus::Unavailable { reason })
                     }
-                    JobOutcome::Done(other) => ExecResult::status_only(ExecStatus::Crashed {
-                        reason: format!("unexpected worker answer {other:?}"),
-                    }),
-                    JobOutcome::Timeout { limit } => ExecResult::status_only(ExecStatus::Timeout {
-                        limit_ms: limit.as_millis() as u64,
-                    }),
+                    JobOutcome::Timeout { limit } => {
+                        ExecResult::status_only(ExecStatus::Unavailable {
+                            reason: format!(
+                                "the GPU worker did not answer within {} ms (its own limit for the candidate is {} ms)",
+                                limit.as_millis(),
+                                self.options.timeout.as_millis()
+                            ),
+                        })
+                    }
                     JobOutcome::Crashed {
                         reason,
                         stderr_tail,
                     } => {
                         let tail = crate::sandbox::last_lines(&stderr_tail, 5, " | ");
-                        ExecResult::status_only(ExecStatus::Crashed {
+                        ExecResult::status_only(ExecStatus::Unavailable {
                             reason: if tail.is_empty() {
-                                reason
+                                format!("the GPU worker died: {reason}")
                             } else {
-                                format!("{reason}; stderr: {tail}")
+                                format!("the GPU worker died: {reason}; stderr: {tail}")
                             },
                         })
-                    }
-                    JobOutcome::SpawnFailed { reason } => {
-                        ExecResult::status_only(ExecStatus::Unavailable { reason })
                     }
                 };
                 if r.millis == 0.0 {
@@ -180,4 +176,22 @@ impl Executor {
             })
             .collect()
     }
+}
+
+/// 64 bits from the operating system's random source (the time and process id mixed, if
+/// that cannot be read), so that a job's secret cannot be predicted from the outside.
+pub fn fresh_secret() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return u64::from_le_bytes(b);
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    (t as u64) ^ ((t >> 64) as u64) ^ (std::process::id() as u64).rotate_left(32)
 }

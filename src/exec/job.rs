@@ -75,35 +75,51 @@ pub struct JobModule {
     pub scratch: Vec<DType>,
 }
 
-/// How to time.
+/// How to time (protocol v2). The counts that a candidate could use to tell runs apart are
+/// drawn per job from the job's secret seed within the ranges below; the defaults are what
+/// a demanding user wants and are documented per field.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TimingOptions {
-    /// Untimed runs per side before timing, identical to timed runs (default 3).
+    /// Typical warm-up runs per side; each job draws from `warmup/2 ..= warmup*3/2` (at
+    /// least 1). Warm-up runs are checked like timed ones (default 4).
     pub warmup: u32,
-    /// Fewest timed runs per side (default 20).
+    /// Fewest timed runs per side before the interval may stop the loop; each job draws from
+    /// `min_reps ..= min_reps*3/2` (default 10).
     pub min_reps: u32,
     /// Most timed runs per side (default 200).
     pub max_reps: u32,
-    /// Stop adding runs once both sides together took this much GPU time, ms (default 300).
+    /// Stop once the 95 % interval of the speedup is within ± this fraction of it
+    /// (default 0.01).
+    pub target_rel_ci: f64,
+    /// Stop adding runs once both sides' timed runs took this much GPU time, ms (default 300).
     pub budget_ms: f64,
-    /// Write a buffer of twice the L2 size between runs (default true).
+    /// Write a buffer of twice the L2 size before every run (default true).
     pub flush_l2: bool,
-    /// Bootstrap resamples for the interval (default 2000).
+    /// Bootstrap resamples for the reported interval (default 2000).
     pub bootstrap: u32,
     /// Smallest noise floor, relative (default 0.005).
     pub min_noise_floor: f64,
+    /// Reference-only runs that calibrate its timing spread, once per worker, task config
+    /// and reference build (default 12).
+    pub calibration_runs: u32,
+    /// A reference spread above `unstable_factor` × its calibration + 0.005 marks the result
+    /// unstable and withholds the speedup (default 3.0).
+    pub unstable_factor: f64,
 }
 
 impl Default for TimingOptions {
     fn default() -> Self {
         TimingOptions {
-            warmup: 3,
-            min_reps: 20,
+            warmup: 4,
+            min_reps: 10,
             max_reps: 200,
+            target_rel_ci: 0.01,
             budget_ms: 300.0,
             flush_l2: true,
             bootstrap: 2000,
             min_noise_floor: 0.005,
+            calibration_runs: 12,
+            unstable_factor: 3.0,
         }
     }
 }
@@ -123,7 +139,8 @@ pub struct ExecJob {
     pub candidate: JobModule,
     /// Tolerance.
     pub tolerance: Tolerance,
-    /// Input seed (input set A uses it, set B uses a value derived from it).
+    /// The job's secret: every input seed and the timing schedule derive from it. The
+    /// candidate's process never sees it.
     pub seed: u64,
     /// Timing, when wanted (only run if every config passed).
     pub timing: Option<TimingOptions>,
@@ -131,8 +148,15 @@ pub struct ExecJob {
     pub timing_config: usize,
     /// Most device memory the job may allocate, bytes (0: 90 % of free memory).
     pub max_device_bytes: u64,
-    /// Bandwidth for the physical floor, GB/s (0: the device table or a measurement).
+    /// Bandwidth for the physical floor, GB/s (0: the device table).
     pub bandwidth_gbps: f64,
+    /// FLOPs of one run of the timed config, from the task's `flops` (0: not declared).
+    pub flops: f64,
+    /// Peak arithmetic rate for the compute floor, TFLOP/s (0: the device table).
+    pub peak_tflops: f64,
+    /// Wall-clock budget of the whole job inside the worker, ms (0: none). A candidate
+    /// whose runs exhaust it is a `timeout`.
+    pub deadline_ms: u64,
 }
 
 fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Result<Fill, String> {
@@ -204,6 +228,10 @@ pub struct JobParts<'a> {
     pub max_device_bytes: u64,
     /// Bandwidth override (0: automatic).
     pub bandwidth_gbps: f64,
+    /// Peak arithmetic rate override, TFLOP/s (0: automatic).
+    pub peak_tflops: f64,
+    /// Wall-clock budget of the job inside the worker, ms (0: none).
+    pub deadline_ms: u64,
 }
 
 impl ExecJob {
@@ -311,6 +339,14 @@ impl ExecJob {
                 candidate,
             });
         }
+        let flops = match (&task.flops, p.configs.get(timing_config)) {
+            (Some(e), Some(&ci)) => task
+                .configs
+                .get(ci)
+                .and_then(|c| e.eval_f64(&c.sizes).ok())
+                .unwrap_or(0.0),
+            _ => 0.0,
+        };
         Ok(ExecJob {
             buffers,
             params,
@@ -323,6 +359,9 @@ impl ExecJob {
             timing_config,
             max_device_bytes: p.max_device_bytes,
             bandwidth_gbps: p.bandwidth_gbps,
+            flops,
+            peak_tflops: p.peak_tflops,
+            deadline_ms: p.deadline_ms,
         })
     }
 

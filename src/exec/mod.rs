@@ -1,20 +1,29 @@
 //! Device side: buffers, launches, correctness and timing (cudarc driver API), run in
 //! sandboxed workers by an [`Executor`].
 //!
-//! Everything that touches the GPU happens in `cudaperf worker` processes; the parent only
-//! builds [`ExecJob`]s (every expression evaluated) and reads back [`ExecResult`]s. Without
-//! a driver or GPU, [`Executor::new`] says why and the stages report `Unavailable`.
+//! Everything that touches the GPU happens in worker processes; the parent only builds
+//! [`ExecJob`]s (every expression evaluated) and reads back [`ExecResult`]s. A GPU job goes
+//! to a `gpu` worker (the [harness](GpuHandler)), which runs the reference and the candidate
+//! in two `runner` processes of their own ([`RunnerHandler`]) so that neither can address
+//! the other's memory or the harness's (timing protocol v2, [`PROTOCOL_VERSION`]). Without a
+//! driver or GPU, [`Executor::new`] says why and the stages report `Unavailable`.
 
+mod device;
 mod driver;
 mod executor;
+mod harness;
 mod job;
 mod report;
-mod run;
+mod runner;
+mod support;
 pub mod timing;
+mod values;
 
-pub use executor::{visible_gpus, ExecOptions, Executor};
+pub use driver::CudaError;
+pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor};
+pub use harness::GpuHandler;
 pub use job::{
     BuildError, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, TimingOptions,
 };
 pub use report::*;
-pub use run::WorkerState;
+pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply};

@@ -12,6 +12,22 @@ fn nan_pair_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<[f64; 2], D::Erro
     Ok([v[0].unwrap_or(f64::NAN), v[1].unwrap_or(f64::NAN)])
 }
 
+/// The GPU protocol that produced a report's correctness and timing stages.
+///
+/// * 1 (reports without the field): one process, inputs shared by both sides, only the last
+///   timed run re-checked.
+/// * 2: reference and candidate in separate runner processes (separate CUDA contexts, so
+///   neither can address the other's memory or the harness's); fresh inputs for every run,
+///   every warm-up and timed run checked and the candidate's inputs verified after each;
+///   warm-up, repetition counts and batch boundaries drawn from the job's secret; scratch
+///   zeroed inside the timed window; compute and bandwidth floors; unstable references
+///   withhold the speedup.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+fn protocol_v1() -> u32 {
+    1
+}
+
 /// How the run ended, before correctness is judged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -127,7 +143,8 @@ pub struct ConfigCheck {
     pub nondeterministic: bool,
     /// The output did not change when the inputs did.
     pub input_independent: bool,
-    /// The last timed run's output differed from the reference (behaves differently after warm-up).
+    /// A warm-up or timed run's output differed from the reference on the same fresh inputs,
+    /// or left an input changed (behaves differently when timed).
     pub timed_run_mismatch: bool,
     /// Why it failed, in words (empty when passed).
     pub reasons: Vec<String>,
@@ -143,8 +160,12 @@ pub struct CorrectnessStage {
     pub pass_rate: f64,
     /// Per-config results.
     pub configs: Vec<ConfigCheck>,
-    /// Seed of the input generator (to reproduce a failure).
+    /// The job's secret seed, from which every input set and the timing schedule derive
+    /// (to reproduce a failure).
     pub seed: u64,
+    /// The protocol version ([`PROTOCOL_VERSION`]; 1 for reports without the field).
+    #[serde(default = "protocol_v1")]
+    pub protocol: u32,
 }
 
 /// Occupancy of one kernel from the driver.
@@ -164,18 +185,23 @@ pub struct KernelOccupancy {
 /// `stages.timing` of a report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimingStage {
+    /// The protocol version that measured this ([`PROTOCOL_VERSION`]; 1 when absent). A
+    /// trainer can refuse timings from an older protocol.
+    #[serde(default = "protocol_v1")]
+    pub protocol: u32,
     /// Config that was timed (the largest by buffer bytes).
     pub config: String,
     /// Median time of the reference plan, microseconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub reference_us: f64,
-    /// Median time of the candidate plan, microseconds.
+    /// Median time of the candidate plan (its scratch zeroing included), microseconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub candidate_us: f64,
-    /// Reported speedup: median(ref)/median(cand), 1.0 when within noise, 0 when implausible.
+    /// The speedup awarded: median(ref)/median(cand); 1.0 when within noise or implausible;
+    /// at most 1.0 when unstable (a slowdown still counts, a gain does not).
     #[serde(deserialize_with = "nan_if_null")]
     pub speedup: f64,
-    /// The measured ratio before the noise and plausibility rules.
+    /// The measured ratio before the noise, plausibility and stability rules.
     #[serde(deserialize_with = "nan_if_null")]
     pub raw_speedup: f64,
     /// Bootstrap 95 % interval of the ratio.
@@ -186,16 +212,39 @@ pub struct TimingStage {
     pub noise_floor: f64,
     /// The speedup was inside the noise floor and is reported as 1.0.
     pub within_noise: bool,
-    /// Faster than the physical floor: no speedup is awarded.
+    /// Faster than a physical floor (bytes or FLOPs): no speedup is awarded.
     pub implausible: bool,
     /// Bytes the ABI must move / device bandwidth, microseconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub floor_us: f64,
+    /// FLOPs the task declares / the device's peak rate, microseconds (0 without `flops`).
+    #[serde(default)]
+    pub compute_floor_us: f64,
+    /// The reference's timing spread in this job was far above its calibration: the speedup
+    /// is withheld.
+    #[serde(default)]
+    pub unstable: bool,
+    /// The reference's relative spread in this job (median absolute deviation / median).
+    #[serde(default)]
+    pub reference_spread: f64,
+    /// The reference's relative spread when it ran alone (its calibration).
+    #[serde(default)]
+    pub reference_calibration: f64,
+    /// Why no speedup (or less than measured) is awarded, in words; `None` when awarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<String>,
     /// ABI bytes / candidate time, GB/s.
     #[serde(deserialize_with = "nan_if_null")]
     pub achieved_gbps: f64,
     /// Timed repetitions per side.
     pub repetitions: u32,
+    /// Warm-up runs per side (drawn per job).
+    #[serde(default)]
+    pub warmup: u32,
+    /// Candidate runs whose outputs were compared with the reference's on the same fresh
+    /// inputs, and whose inputs were verified afterwards (warm-up and timed).
+    #[serde(default)]
+    pub checked_runs: u32,
     /// Driver-reported occupancy per kernel.
     pub occupancy: Vec<KernelOccupancy>,
 }
@@ -218,6 +267,13 @@ pub struct DeviceInfo {
     /// Bandwidth used for the physical floor, GB/s.
     #[serde(deserialize_with = "nan_if_null")]
     pub bandwidth_gbps: f64,
+    /// Peak arithmetic rate used for the compute floor, TFLOP/s (0: unknown device).
+    #[serde(default)]
+    pub peak_tflops: f64,
+    /// The driver says device code can read pageable host memory (HMM/ATS). Candidates run
+    /// in a runner process that holds nothing secret, so this is informational.
+    #[serde(default)]
+    pub pageable_memory_access: bool,
 }
 
 /// Everything a GPU job returns.
@@ -234,7 +290,7 @@ pub struct ExecResult {
     /// Wall time inside the worker, milliseconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub millis: f64,
-    /// GPU time of the timed and checked launches (both sides), milliseconds.
+    /// GPU time of the runs of both sides (between their events), milliseconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub gpu_millis: f64,
 }

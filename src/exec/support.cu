@@ -51,26 +51,38 @@ template <typename T> __device__ __forceinline__ bool is_poison(T v) {
 
 // mode: 0 uniform [a, b), 1 normal (mean a, std b), 2 integers in [a, b), 3 arange a + i*b, 4 constant a
 template <typename T>
+__device__ __forceinline__ T fill_value(unsigned long long i, unsigned long long seed, int mode, double a, double b) {
+    double v;
+    if (mode == 0) {
+        v = a + (b - a) * u01(seed, i, 0);
+    } else if (mode == 1) {
+        double u1 = u01(seed, i, 0), u2 = u01(seed, i, 1);
+        v = a + b * sqrt(-2.0 * log(1.0 - u1)) * cospi(2.0 * u2);
+    } else if (mode == 2) {
+        double lo = ceil(a), hi = ceil(b);
+        unsigned long long span = hi > lo ? (unsigned long long)(hi - lo) : 1ULL;
+        v = lo + (double)(mix64(seed ^ mix64(i)) % span);
+    } else if (mode == 3) {
+        v = a + (double)i * b;
+    } else {
+        v = a;
+    }
+    return from_double<T>(v);
+}
+
+template <typename T>
 __device__ void fill(T* out, unsigned long long n, unsigned long long seed, int mode, double a, double b) {
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        double v;
-        if (mode == 0) {
-            v = a + (b - a) * u01(seed, i, 0);
-        } else if (mode == 1) {
-            double u1 = u01(seed, i, 0), u2 = u01(seed, i, 1);
-            v = a + b * sqrt(-2.0 * log(1.0 - u1)) * cospi(2.0 * u2);
-        } else if (mode == 2) {
-            double lo = ceil(a), hi = ceil(b);
-            unsigned long long span = hi > lo ? (unsigned long long)(hi - lo) : 1ULL;
-            v = lo + (double)(mix64(seed ^ mix64(i)) % span);
-        } else if (mode == 3) {
-            v = a + (double)i * b;
-        } else {
-            v = a;
-        }
-        out[i] = from_double<T>(v);
-    }
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = fill_value<T>(i, seed, mode, a, b);
+}
+
+template <typename T> __device__ __forceinline__ bool same_bits(T x, T y) {
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(&x);
+    const unsigned char* q = reinterpret_cast<const unsigned char*>(&y);
+    #pragma unroll
+    for (int k = 0; k < (int)sizeof(T); ++k) if (p[k] != q[k]) return false;
+    return true;
 }
 
 __device__ __forceinline__ void atomic_max_bits(unsigned long long* p, double v) {
@@ -123,6 +135,30 @@ __device__ void compare(const T* got, const T* want, unsigned long long n, doubl
     }
 }
 
+// Counts the elements of `buf` that differ (bit for bit) from what fill() writes for this
+// seed: the inputs a candidate was given must be what it leaves behind.
+template <typename T>
+__device__ void verify(const T* buf, unsigned long long n, unsigned long long seed, int mode, double a,
+                       double b, CompareStats* st) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long mism = 0, first = ~0ULL;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        if (!same_bits(buf[i], fill_value<T>(i, seed, mode, a, b))) {
+            mism++;
+            if (i < first) first = i;
+        }
+    }
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        mism += __shfl_down_sync(0xffffffffu, mism, off);
+        first = min(first, __shfl_down_sync(0xffffffffu, first, off));
+    }
+    if ((threadIdx.x & 31) == 0 && mism) {
+        atomicAdd(&st->mismatches, mism);
+        atomicMin(&st->first_index, first);
+    }
+}
+
 #define CUDAPERF_DTYPE(NAME, T)                                                                       \
     extern "C" __global__ void fill_##NAME(T* out, unsigned long long n, unsigned long long seed,    \
                                            int mode, double a, double b) {                           \
@@ -132,6 +168,10 @@ __device__ void compare(const T* got, const T* want, unsigned long long n, doubl
                                               double atol, double rtol, int nan_equal,               \
                                               CompareStats* st) {                                     \
         compare<T>(got, want, n, atol, rtol, nan_equal, st);                                          \
+    }                                                                                                 \
+    extern "C" __global__ void verify_##NAME(const T* buf, unsigned long long n, unsigned long long seed, \
+                                             int mode, double a, double b, CompareStats* st) {        \
+        verify<T>(buf, n, seed, mode, a, b, st);                                                      \
     }
 
 CUDAPERF_DTYPE(f32, float)

@@ -1,7 +1,10 @@
-//! Statistics of timing samples: medians, bootstrap intervals, the noise floor.
+//! Statistics of timing samples (medians, bootstrap intervals, the noise floor, spreads)
+//! and the per-job schedule of the timing protocol.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+use super::job::TimingOptions;
 
 /// Median of a sample (NaN when empty).
 pub fn median(xs: &[f64]) -> f64 {
@@ -55,6 +58,86 @@ pub fn noise_floor(reference: &[f64], iters: usize, seed: u64, min_floor: f64) -
     (1.0 - lo).abs().max((hi - 1.0).abs()).max(min_floor)
 }
 
+/// Relative spread of a sample: median absolute deviation / median (0 when empty).
+pub fn rel_mad(xs: &[f64]) -> f64 {
+    let m = median(xs);
+    if !(m.is_finite() && m > 0.0) {
+        return 0.0;
+    }
+    let dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
+    median(&dev) / m
+}
+
+/// A seed for purpose `domain`, index `i`, derived from a job's secret (splitmix64 steps:
+/// every derived seed is unrelated to the others for anyone without the secret).
+pub fn derive_seed(secret: u64, domain: u64, i: u64) -> u64 {
+    let mut z = secret ^ domain.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for _ in 0..2 {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+    }
+    z
+}
+
+/// Purposes of derived seeds.
+pub mod domain {
+    /// Input set A of config `k` (index = k).
+    pub const SET_A: u64 = 1;
+    /// Input set B of config `k`.
+    pub const SET_B: u64 = 2;
+    /// The second run on set A (same inputs, regenerated).
+    pub const TIMED: u64 = 3;
+    /// Reference calibration runs.
+    pub const CALIBRATION: u64 = 4;
+    /// The schedule's random stream.
+    pub const SCHEDULE: u64 = 5;
+    /// The bootstrap's random stream.
+    pub const BOOTSTRAP: u64 = 6;
+}
+
+/// The timing loop's counts for one job, drawn from its secret: a candidate that counts
+/// its launches cannot tell warm-up from timed runs or where a batch ends (and every run is
+/// checked anyway).
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Warm-up runs per side.
+    pub warmup: u32,
+    /// Fewest timed runs before the interval may stop the loop.
+    pub min_reps: u32,
+    /// Most timed runs.
+    pub max_reps: u32,
+    rng: SmallRng,
+}
+
+impl Schedule {
+    /// The schedule of the job with this secret.
+    pub fn new(secret: u64, opts: &TimingOptions) -> Schedule {
+        let mut rng = SmallRng::seed_from_u64(derive_seed(secret, domain::SCHEDULE, 0));
+        let w = opts.warmup.max(1);
+        let warmup = rng.random_range((w / 2).max(1)..=(w * 3 / 2).max(1));
+        let m = opts.min_reps.max(2);
+        let min_reps = rng.random_range(m..=(m * 3 / 2).max(m));
+        Schedule {
+            warmup,
+            min_reps,
+            max_reps: opts.max_reps.max(min_reps),
+            rng,
+        }
+    }
+
+    /// Runs per side in the next batch (between two host reads of the checks): 4 to 12.
+    pub fn next_batch(&mut self) -> u32 {
+        self.rng.random_range(4..=12)
+    }
+
+    /// Whether the candidate runs before the reference in the next pair.
+    pub fn candidate_first(&mut self) -> bool {
+        self.rng.random_bool(0.5)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +162,36 @@ mod tests {
         assert!(ci[0] < 2.0 && 2.0 < ci[1], "{ci:?}");
         assert!(ci[1] - ci[0] < 0.1, "{ci:?}");
         assert_eq!(ci, ratio_ci(&r, &c, 1000, 1));
+    }
+
+    #[test]
+    fn spreads_and_seeds() {
+        assert_eq!(rel_mad(&[10.0, 10.0, 10.0]), 0.0);
+        assert!((rel_mad(&[9.0, 10.0, 11.0]) - 0.1).abs() < 1e-12);
+        assert_eq!(rel_mad(&[]), 0.0);
+        let a = derive_seed(7, domain::TIMED, 0);
+        assert_ne!(a, derive_seed(7, domain::TIMED, 1));
+        assert_ne!(a, derive_seed(8, domain::TIMED, 0));
+        assert_ne!(a, derive_seed(7, domain::SET_A, 0));
+        assert_eq!(a, derive_seed(7, domain::TIMED, 0));
+    }
+
+    #[test]
+    fn schedules_vary_with_the_secret_and_stay_in_range() {
+        let o = TimingOptions::default();
+        let mut warmups = std::collections::BTreeSet::new();
+        let mut mins = std::collections::BTreeSet::new();
+        for secret in 0..200u64 {
+            let mut s = Schedule::new(secret, &o);
+            assert!((2..=6).contains(&s.warmup), "{}", s.warmup);
+            assert!((10..=15).contains(&s.min_reps), "{}", s.min_reps);
+            for _ in 0..20 {
+                assert!((4..=12).contains(&s.next_batch()));
+            }
+            warmups.insert(s.warmup);
+            mins.insert(s.min_reps);
+        }
+        assert!(warmups.len() >= 4 && mins.len() >= 5, "{warmups:?} {mins:?}");
     }
 
     #[test]

@@ -338,6 +338,8 @@ impl Evaluator {
                             timing: with_timing.then_some(self.options.exec.timing),
                             max_device_bytes: self.options.exec.max_device_bytes,
                             bandwidth_gbps: self.options.exec.bandwidth_gbps,
+                            peak_tflops: self.options.exec.peak_tflops,
+                            deadline_ms: self.options.exec.timeout.as_millis() as u64,
                         });
                         match built {
                             Ok(job) => executor.run(job),

@@ -1,19 +1,27 @@
 //! A pool of worker processes that run untrusted jobs with a wall-clock limit.
 //!
 //! Each slot owns at most one child process speaking JSON lines (see
-//! [`super::protocol`]). A job that outlives its limit gets its worker killed; a worker that
-//! exits, closes its pipe, prints garbage or asks to be restarted is replaced before the slot's
-//! next job. Every job gets an outcome: the pool never loses one.
+//! [`super::protocol`]); a new worker must greet with the right protocol version and role
+//! before it gets a job. A job that outlives its limit gets its worker killed; a worker that
+//! exits, closes its pipe, prints garbage or asks to be restarted is replaced before the
+//! slot's next job. Every job gets an outcome, and the outcome says whose failure it was:
+//! a worker that cannot start or does not speak the protocol is [`JobOutcome::Unavailable`]
+//! (ours), one that dies or hangs during a job is [`JobOutcome::Crashed`] or
+//! [`JobOutcome::Timeout`] (the job's, unless the caller knows better).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::protocol::{Job, JobResult, Request, Response};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::protocol::{Greeting, Request, Response, PROTOCOL_VERSION};
 
 /// How to start one worker.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,13 +35,24 @@ pub struct WorkerSpec {
     /// Address-space limit (RLIMIT_AS) in bytes; for compile workers only, since the
     /// CUDA driver reserves large virtual ranges.
     pub memory_limit_bytes: Option<u64>,
+    /// The role the worker must announce in its greeting.
+    pub role: String,
 }
+
+/// The longest a new worker may take to greet (less when the job's limit is shorter).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What happened to one job.
 #[derive(Debug, Clone, PartialEq)]
-pub enum JobOutcome {
+pub enum JobOutcome<R> {
     /// The worker answered.
-    Done(JobResult),
+    Done(R),
+    /// The worker answered that it cannot serve this job (a malformed request, or a
+    /// capability missing here, such as NVRTC).
+    Refused {
+        /// The worker's reason.
+        reason: String,
+    },
     /// The job ran past its limit; the worker was killed.
     Timeout {
         /// The limit that was exceeded.
@@ -46,9 +65,10 @@ pub enum JobOutcome {
         /// The last lines the worker wrote to stderr.
         stderr_tail: String,
     },
-    /// No worker could be started.
-    SpawnFailed {
-        /// The OS error.
+    /// No usable worker: the program could not be started, or it did not greet with this
+    /// build's protocol version and the expected role. Never the job's fault.
+    Unavailable {
+        /// What went wrong, naming the program.
         reason: String,
     },
 }
@@ -71,6 +91,62 @@ struct Worker {
 }
 
 impl Worker {
+    /// Starts a worker and waits (at most `wait`) for its greeting; `Err` says why it is
+    /// unusable.
+    fn start(spec: &WorkerSpec, wait: Duration) -> Result<Worker, String> {
+        let program = spec.program.display();
+        let mut w = Worker::spawn(spec)
+            .map_err(|e| format!("cannot start worker `{program}`: {e}"))?;
+        let fail = |w: Worker, what: String| -> String {
+            let tail = last_lines(&w.kill(), 3, " | ");
+            if tail.is_empty() {
+                format!("worker `{program}` {what}")
+            } else {
+                format!("worker `{program}` {what}; stderr: {tail}")
+            }
+        };
+        let wait = wait.min(HELLO_TIMEOUT);
+        match w.lines.recv_timeout(wait) {
+            Ok(Some(line)) => match serde_json::from_str::<Greeting>(&line) {
+                Ok(g) if g.hello.protocol != PROTOCOL_VERSION => Err(fail(
+                    w,
+                    format!(
+                        "speaks protocol {} (version {}), this build speaks {PROTOCOL_VERSION} (version {}): rebuild or point to a matching worker",
+                        g.hello.protocol,
+                        g.hello.version,
+                        env!("CARGO_PKG_VERSION")
+                    ),
+                )),
+                Ok(g) if g.hello.role != spec.role => Err(fail(
+                    w,
+                    format!(
+                        "announced role `{}`, expected `{}`",
+                        g.hello.role, spec.role
+                    ),
+                )),
+                Ok(_) => {
+                    w.next_id = 1;
+                    Ok(w)
+                }
+                Err(_) => {
+                    let snippet: String = line.trim().chars().take(120).collect();
+                    Err(fail(
+                        w,
+                        format!("is not a cudaperf worker (its first line was `{snippet}`)"),
+                    ))
+                }
+            },
+            Ok(None) | Err(RecvTimeoutError::Disconnected) => {
+                let reason = w.exit_reason();
+                Err(fail(w, format!("ended before greeting ({reason})")))
+            }
+            Err(RecvTimeoutError::Timeout) => Err(fail(
+                w,
+                format!("did not greet within {} ms", wait.as_millis()),
+            )),
+        }
+    }
+
     fn spawn(spec: &WorkerSpec) -> std::io::Result<Worker> {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
@@ -201,11 +277,13 @@ struct Slot {
     restarts: u64,
 }
 
-/// A pool of worker processes; `run` may be called from many threads at once.
-pub struct Pool {
+/// A pool of worker processes for jobs `J` with results `R`; `run` may be called from many
+/// threads at once.
+pub struct Pool<J, R> {
     slots: Vec<Mutex<Slot>>,
     free: Mutex<Vec<usize>>,
     ready: Condvar,
+    _jobs: PhantomData<fn(&J) -> R>,
 }
 
 /// Counters for monitoring.
@@ -217,9 +295,9 @@ pub struct PoolStats {
     pub restarts: u64,
 }
 
-impl Pool {
+impl<J: Serialize + Sync, R: DeserializeOwned + Send> Pool<J, R> {
     /// A pool with one slot per spec. Workers start lazily, on a slot's first job.
-    pub fn new(specs: Vec<WorkerSpec>) -> Pool {
+    pub fn new(specs: Vec<WorkerSpec>) -> Pool<J, R> {
         let n = specs.len();
         Pool {
             slots: specs
@@ -234,6 +312,7 @@ impl Pool {
                 .collect(),
             free: Mutex::new((0..n).rev().collect()),
             ready: Condvar::new(),
+            _jobs: PhantomData,
         }
     }
 
@@ -275,7 +354,7 @@ impl Pool {
     }
 
     /// Runs one job on the next free worker, waiting for one if all are busy.
-    pub fn run(&self, job: &Job, limit: Duration) -> JobOutcome {
+    pub fn run(&self, job: &J, limit: Duration) -> JobOutcome<R> {
         let i = self.acquire();
         let outcome = {
             let mut slot = self.slots[i].lock().unwrap_or_else(|p| p.into_inner());
@@ -286,9 +365,10 @@ impl Pool {
     }
 
     /// Runs jobs concurrently on all slots; outcomes come back in input order.
-    pub fn run_all(&self, jobs: &[Job], limit: Duration) -> Vec<JobOutcome> {
+    pub fn run_all(&self, jobs: &[J], limit: Duration) -> Vec<JobOutcome<R>> {
         let next = Mutex::new(0usize);
-        let results: Mutex<Vec<Option<JobOutcome>>> = Mutex::new(vec![None; jobs.len()]);
+        let results: Mutex<Vec<Option<JobOutcome<R>>>> =
+            Mutex::new((0..jobs.len()).map(|_| None).collect());
         std::thread::scope(|s| {
             for _ in 0..self.slots.len().min(jobs.len()) {
                 s.spawn(|| loop {
@@ -320,28 +400,25 @@ impl Pool {
     }
 }
 
-fn run_on_slot(slot: &mut Slot, job: &Job, limit: Duration) -> JobOutcome {
+fn run_on_slot<J: Serialize, R: DeserializeOwned>(
+    slot: &mut Slot,
+    job: &J,
+    limit: Duration,
+) -> JobOutcome<R> {
     if slot.worker.is_none() {
-        match Worker::spawn(&slot.spec) {
+        match Worker::start(&slot.spec, limit) {
             Ok(w) => slot.worker = Some(w),
-            Err(e) => {
-                return JobOutcome::SpawnFailed {
-                    reason: format!("cannot start worker {}: {e}", slot.spec.program.display()),
-                }
-            }
+            Err(reason) => return JobOutcome::Unavailable { reason },
         }
     }
     let Some(worker) = slot.worker.as_mut() else {
-        return JobOutcome::SpawnFailed {
-            reason: "worker missing".into(),
+        return JobOutcome::Unavailable {
+            reason: "worker missing (internal error)".into(),
         };
     };
     let id = worker.next_id;
     worker.next_id += 1;
-    let request = Request {
-        id,
-        job: job.clone(),
-    };
+    let request = Request { id, job };
     let mut line = match serde_json::to_string(&request) {
         Ok(l) => l,
         Err(e) => {
@@ -365,15 +442,15 @@ fn run_on_slot(slot: &mut Slot, job: &Job, limit: Duration) -> JobOutcome {
         loop {
             let now = Instant::now();
             let Some(worker) = slot.worker.as_mut() else {
-                break JobOutcome::SpawnFailed {
-                    reason: "worker missing".into(),
+                break JobOutcome::Unavailable {
+                    reason: "worker missing (internal error)".into(),
                 };
             };
             match worker
                 .lines
                 .recv_timeout(deadline.saturating_duration_since(now))
             {
-                Ok(Some(text)) => match serde_json::from_str::<Response>(&text) {
+                Ok(Some(text)) => match serde_json::from_str::<Response<R>>(&text) {
                     Ok(resp) if resp.id == id => {
                         if resp.restart {
                             // The worker's state (e.g. its CUDA context) is unusable.
@@ -382,7 +459,14 @@ fn run_on_slot(slot: &mut Slot, job: &Job, limit: Duration) -> JobOutcome {
                             }
                             slot.restarts += 1;
                         }
-                        break JobOutcome::Done(resp.result);
+                        break match (resp.result, resp.error) {
+                            (Some(r), _) => JobOutcome::Done(r),
+                            (None, Some(reason)) => JobOutcome::Refused { reason },
+                            (None, None) => JobOutcome::Refused {
+                                reason: "the worker answered with neither a result nor an error"
+                                    .into(),
+                            },
+                        };
                     }
                     Ok(_) => continue, // A stale answer to a job that already timed out.
                     Err(e) => {
@@ -411,7 +495,7 @@ fn run_on_slot(slot: &mut Slot, job: &Job, limit: Duration) -> JobOutcome {
     outcome
 }
 
-fn crash(slot: &mut Slot, reason: String) -> JobOutcome {
+fn crash<R>(slot: &mut Slot, reason: String) -> JobOutcome<R> {
     let stderr_tail = slot.worker.take().map(Worker::kill).unwrap_or_default();
     slot.restarts += 1;
     JobOutcome::Crashed {
@@ -420,7 +504,7 @@ fn crash(slot: &mut Slot, reason: String) -> JobOutcome {
     }
 }
 
-impl Drop for Pool {
+impl<J, R> Drop for Pool<J, R> {
     fn drop(&mut self) {
         for s in &self.slots {
             if let Ok(mut s) = s.lock() {

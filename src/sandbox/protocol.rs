@@ -1,95 +1,84 @@
-//! The JSON-lines protocol between the parent and `cudaperf worker`.
+//! The versioned JSON-lines protocol between a [`super::Pool`] and its worker processes.
 //!
-//! One request per line on the worker's stdin, one response per line on its stdout:
+//! A worker announces itself with one line before anything else, then answers one request
+//! line with one response line, in order:
 //! ```text
-//! > {"id":1,"job":{"type":"compile","source":"...","program_name":"candidate.cu","flags":["-arch=sm_90"],"name_exprs":["k"]}}
-//! < {"id":1,"restart":false,"result":{"type":"compiled","ok":true,"log":"...","cubin_b64":"...","lowered":[["k","k"]]}}
+//! < {"hello":{"protocol":2,"role":"compile","version":"0.1.0","pid":4242}}
+//! > {"id":1,"job":{...}}
+//! < {"id":1,"restart":false,"result":{...}}
+//! > {"id":2,"job":"not what this role understands"}
+//! < {"id":2,"restart":false,"error":"bad request: unknown variant ..."}
 //! ```
-//! A response with `restart: true` tells the parent the worker's state is unusable (a sticky
-//! CUDA error); the parent replaces it before the next job.
+//! The pool checks the greeting before its first job: a program that is not a worker, a
+//! worker of another role, or one built from another version of the protocol is refused
+//! with a reason (never mistaken for a candidate's failure). A response with
+//! `restart: true` tells the pool the worker's state is unusable (a sticky CUDA error); the
+//! pool replaces it before the slot's next job. What a job and a result are is up to the
+//! role: the sandbox only moves them.
 
 use serde::{Deserialize, Serialize};
 
-use crate::exec::{ExecJob, ExecResult};
+/// The protocol spoken by this build. Bumped whenever a message changes shape.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The first line a worker writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Greeting {
+    /// The worker's self-description.
+    pub hello: Hello,
+}
+
+/// A worker's self-description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`PROTOCOL_VERSION`] of the worker's build.
+    pub protocol: u32,
+    /// The role it serves (which jobs it understands).
+    pub role: String,
+    /// The crate version of the worker's build.
+    pub version: String,
+    /// Its process id.
+    pub pid: u32,
+}
+
+impl Hello {
+    /// This process's greeting for `role`.
+    pub fn for_role(role: &str) -> Hello {
+        Hello {
+            protocol: PROTOCOL_VERSION,
+            role: role.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+        }
+    }
+}
 
 /// One request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Request {
+pub struct Request<J> {
     /// Matches the response to the request.
     pub id: u64,
     /// What to do.
-    pub job: Job,
+    pub job: J,
 }
 
-/// Work a worker can do.
+/// One response: `result` when the job ran, `error` when the request could not be served
+/// (malformed, or the worker cannot do this kind of work here).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Job {
-    /// Compile with NVRTC.
-    Compile(CompileJob),
-    /// Run a candidate on the GPU (load, check, time).
-    Execute(Box<ExecJob>),
-    /// Answer at once (health check).
-    Ping,
-    /// Diagnostic: sleep, then answer (tests the parent's timeout handling).
-    Sleep {
-        /// Milliseconds.
-        ms: u64,
-    },
-    /// Diagnostic: exit with a code without answering (tests crash handling).
-    Exit {
-        /// Exit code.
-        code: i32,
-    },
-}
-
-/// An NVRTC compile request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompileJob {
-    /// CUDA source (already checked against the include allowlist).
-    pub source: String,
-    /// Name used in diagnostics.
-    pub program_name: String,
-    /// NVRTC options.
-    pub flags: Vec<String>,
-    /// Kernel name expressions whose lowered names are wanted.
-    pub name_exprs: Vec<String>,
-}
-
-/// A worker's answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum JobResult {
-    /// NVRTC ran.
-    Compiled {
-        /// Whether it succeeded.
-        ok: bool,
-        /// The program log.
-        log: String,
-        /// The cubin, base64.
-        cubin_b64: String,
-        /// (name expression, lowered name).
-        lowered: Vec<(String, String)>,
-    },
-    /// A GPU job ran (whatever its verdict).
-    Executed(Box<ExecResult>),
-    /// Answer to `Ping` and `Sleep`.
-    Pong,
-    /// The job could not be run at all (NVRTC or CUDA missing, bad request).
-    Error {
-        /// Why.
-        message: String,
-    },
-}
-
-/// One response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Response {
-    /// The request's id.
+pub struct Response<R> {
+    /// The request's id (0 when the request line could not be read at all).
     pub id: u64,
     /// Replace this worker before its next job.
     #[serde(default)]
     pub restart: bool,
-    /// The result.
-    pub result: JobResult,
+    /// The job's result.
+    #[serde(default = "none", skip_serializing_if = "Option::is_none")]
+    pub result: Option<R>,
+    /// Why there is no result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn none<R>() -> Option<R> {
+    None
 }

@@ -1,51 +1,98 @@
-//! The worker side: `cudaperf worker`, or any program that calls [`run_if_requested`].
+//! The worker side: a loop that greets its pool, reads requests and answers them through a
+//! [`Handler`]. Which handler serves which role is decided by the program (for cudaperf:
+//! [`crate::worker`]); the sandbox does not know what the jobs are.
 
 use std::io::{BufRead, Write};
 
-use base64::Engine;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
-use super::protocol::{Job, JobResult, Request, Response};
-use crate::compile::nvrtc;
+use super::protocol::{Greeting, Hello, Request, Response};
 
-/// The first argument that makes a program act as a worker (see [`run_if_requested`]).
-pub const WORKER_ARG: &str = "__cudaperf_worker";
+/// What a handler made of one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handled<R> {
+    /// The result, or why the job could not be served here.
+    pub reply: Result<R, String>,
+    /// This worker's state is unusable; the pool should replace it.
+    pub restart: bool,
+}
 
-/// Turns this process into a worker if it was started as one, and never returns then.
-///
-/// Call it first thing in `main` of a program that links cudaperf, then point
-/// `WorkerSpec::program` at `std::env::current_exe()` with args `[WORKER_ARG]`:
-/// ```no_run
-/// // First thing in `main`:
-/// cudaperf::sandbox::run_if_requested();
-/// // ... the trainer ...
-/// ```
-pub fn run_if_requested() {
-    if std::env::args().nth(1).as_deref() == Some(WORKER_ARG) {
-        std::process::exit(main());
+impl<R> Handled<R> {
+    /// A result; the worker stays.
+    pub fn ok(reply: R) -> Handled<R> {
+        Handled {
+            reply: Ok(reply),
+            restart: false,
+        }
+    }
+
+    /// A refusal with a reason; the worker stays.
+    pub fn refused(reason: impl Into<String>) -> Handled<R> {
+        Handled {
+            reply: Err(reason.into()),
+            restart: false,
+        }
     }
 }
 
-/// Runs the worker loop on stdin/stdout; returns the process exit code.
+/// Serves one role's jobs.
+pub trait Handler {
+    /// A request's job.
+    type Job: DeserializeOwned;
+    /// A job's result.
+    type Reply: Serialize;
+    /// Runs one job.
+    fn handle(&mut self, job: Self::Job) -> Handled<Self::Reply>;
+}
+
+/// Runs a worker of `role` on stdin/stdout until its input closes; returns the exit code.
 ///
 /// Device-side `printf` writes to file descriptor 1, which would corrupt the protocol, so
 /// the protocol moves to a duplicate of stdout and fd 1 is pointed at stderr (which the
-/// parent drains and caps).
-pub fn main() -> i32 {
+/// pool drains and caps).
+pub fn run<H: Handler>(role: &str, handler: &mut H) -> i32 {
+    exit_with_parent();
     let proto = protocol_output();
     let stdin = std::io::stdin();
-    match serve(stdin.lock(), proto) {
+    match serve(role, stdin.lock(), proto, handler) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("cudaperf worker: {e}");
+            eprintln!("cudaperf worker ({role}): {e}");
             1
         }
     }
 }
 
+/// A worker must not outlive the process that started it (a GPU worker killed at its time
+/// limit must take its runners with it, even while one is stuck in a hung kernel): a thread
+/// watches the parent and ends this process at once when it is gone.
+#[cfg(unix)]
+fn exit_with_parent() {
+    // SAFETY: getppid cannot fail.
+    let parent = unsafe { libc::getppid() };
+    let _ = std::thread::Builder::new()
+        .name("parent-watch".into())
+        .spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            // SAFETY: getppid cannot fail; _exit ends the process without running
+            // destructors, which could block on a device that is still busy.
+            unsafe {
+                if libc::getppid() != parent {
+                    libc::_exit(3);
+                }
+            }
+        });
+}
+
+#[cfg(not(unix))]
+fn exit_with_parent() {}
+
 #[cfg(unix)]
 fn protocol_output() -> Box<dyn Write> {
     use std::os::fd::FromRawFd;
-    // SAFETY: dup/dup2 on the standard descriptors of this process.
+    // SAFETY: dup/dup2 on this process's standard descriptors; the duplicate is owned by
+    // the returned File and closed once.
     unsafe {
         let fd = libc::dup(1);
         if fd >= 0 && libc::dup2(2, 1) >= 0 {
@@ -60,65 +107,58 @@ fn protocol_output() -> Box<dyn Write> {
     Box::new(std::io::stdout())
 }
 
-/// Serves requests until the input closes.
-pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
-    let mut state = crate::exec::WorkerState::default();
+fn write_line(output: &mut impl Write, value: &impl Serialize) -> std::io::Result<()> {
+    let mut text = serde_json::to_string(value).map_err(std::io::Error::other)?;
+    text.push('\n');
+    output.write_all(text.as_bytes())?;
+    output.flush()
+}
+
+/// Greets, then serves requests from `input` until it closes. Lines that are not requests
+/// get an `error` response (the worker does not die on them); blank lines are skipped.
+pub fn serve<H: Handler>(
+    role: &str,
+    input: impl BufRead,
+    mut output: impl Write,
+    handler: &mut H,
+) -> std::io::Result<()> {
+    write_line(
+        &mut output,
+        &Greeting {
+            hello: Hello::for_role(role),
+        },
+    )?;
     for line in input.lines() {
         let line = line?;
         if line.trim().is_empty() {
             continue;
         }
-        let (id, result, restart) = match serde_json::from_str::<Request>(&line) {
+        let response = match serde_json::from_str::<Request<H::Job>>(&line) {
             Ok(req) => {
-                let (result, restart) = handle(req.job, &mut state);
-                (req.id, result, restart)
+                let handled = handler.handle(req.job);
+                let (result, error) = match handled.reply {
+                    Ok(r) => (Some(r), None),
+                    Err(e) => (None, Some(e)),
+                };
+                Response {
+                    id: req.id,
+                    restart: handled.restart,
+                    result,
+                    error,
+                }
             }
-            Err(e) => (
-                0,
-                JobResult::Error {
-                    message: format!("bad request: {e}"),
-                },
-                false,
-            ),
+            Err(e) => Response {
+                // Recover the id when the envelope is fine and only the job is not.
+                id: serde_json::from_str::<serde_json::Value>(&line)
+                    .ok()
+                    .and_then(|v| v.get("id").and_then(|i| i.as_u64()))
+                    .unwrap_or(0),
+                restart: false,
+                result: None,
+                error: Some(format!("bad request for a `{role}` worker: {e}")),
+            },
         };
-        let resp = Response {
-            id,
-            restart,
-            result,
-        };
-        let mut text = serde_json::to_string(&resp).map_err(std::io::Error::other)?;
-        text.push('\n');
-        output.write_all(text.as_bytes())?;
-        output.flush()?;
+        write_line(&mut output, &response)?;
     }
     Ok(())
-}
-
-fn handle(job: Job, state: &mut crate::exec::WorkerState) -> (JobResult, bool) {
-    match job {
-        Job::Ping => (JobResult::Pong, false),
-        Job::Sleep { ms } => {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-            (JobResult::Pong, false)
-        }
-        Job::Exit { code } => std::process::exit(code),
-        Job::Compile(c) => {
-            match nvrtc::compile(&c.source, &c.program_name, &c.flags, &c.name_exprs) {
-                Ok(out) => (
-                    JobResult::Compiled {
-                        ok: out.ok,
-                        log: out.log,
-                        cubin_b64: base64::engine::general_purpose::STANDARD.encode(&out.cubin),
-                        lowered: out.lowered,
-                    },
-                    false,
-                ),
-                Err(message) => (JobResult::Error { message }, false),
-            }
-        }
-        Job::Execute(job) => {
-            let (result, restart) = state.execute(&job);
-            (JobResult::Executed(Box::new(result)), restart)
-        }
-    }
 }

@@ -1,0 +1,464 @@
+//! One side of a GPU job, in a process of its own: the `runner` worker role.
+//!
+//! The harness (the `gpu` worker) starts two runners, one for the reference and one for the
+//! candidate. A runner holds one module and the buffers of one configuration in its own
+//! CUDA context, which has its own address space: a kernel running there can reach nothing
+//! the other side, the harness or an earlier candidate owns, whatever addresses it tries.
+//! The harness maps the runner's buffers into its own context through CUDA IPC (the
+//! direction is one-way: the runner is never given a handle), writes fresh inputs and
+//! poison into them, and compares outputs there. The runner only times what the harness
+//! asks for: an L2 flush (untimed), then, between two events on its stream, the zeroing of
+//! the plan's scratch buffers and the plan's launches.
+
+use std::time::Duration;
+
+use base64::Engine;
+use cudarc::driver::sys;
+use serde::{Deserialize, Serialize};
+
+use super::driver::{self, CudaError, DeviceBuffer, Event, Gpu, IpcHandle, Module};
+use crate::sandbox::{Handled, Handler, JobOutcome, Pool, WorkerSpec};
+
+/// One kernel argument of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RunArg {
+    /// The address of the runner's buffer with this index.
+    Buffer {
+        /// Index into the last `Alloc`.
+        index: usize,
+    },
+    /// A value, as the 8 little-endian bytes of a kernel argument slot.
+    Value {
+        /// The bytes, as one integer.
+        bits: u64,
+    },
+}
+
+/// One launch of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunLaunch {
+    /// Index into the loaded module's functions.
+    pub function: usize,
+    /// Grid.
+    pub grid: [u32; 3],
+    /// Block.
+    pub block: [u32; 3],
+    /// Dynamic shared memory, bytes.
+    pub smem: u32,
+    /// Arguments.
+    pub args: Vec<RunArg>,
+}
+
+/// What a runner is asked to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunnerCmd {
+    /// Loads a module, replacing (and unloading) the previous one: a fresh module has fresh
+    /// `__device__` globals.
+    Load {
+        /// The cubin, base64.
+        cubin_b64: String,
+        /// The symbols to look up, in launch order.
+        symbols: Vec<String>,
+    },
+    /// Frees every buffer (scrubbed first) and allocates these; answers with IPC handles.
+    Alloc {
+        /// Bytes per buffer.
+        bytes: Vec<u64>,
+    },
+    /// One run: L2 flush (untimed), start event, `zero` buffers zeroed, the launches, end
+    /// event, synchronise. Answers with the time between the events.
+    Run {
+        /// The launches, in order.
+        launches: Vec<RunLaunch>,
+        /// Buffers to zero inside the timed window (scratch).
+        zero: Vec<usize>,
+        /// Bytes of the L2 flush before the start event (0: none).
+        flush_bytes: u64,
+        /// The word the flush writes (different each time, so it cannot be skipped).
+        flush_value: u32,
+    },
+    /// Driver occupancy (blocks per multiprocessor) for launch shapes of loaded functions.
+    Occupancy {
+        /// (function, threads per block, dynamic shared memory).
+        queries: Vec<(usize, u32, u32)>,
+    },
+    /// Frees every buffer and unloads the module.
+    Reset,
+}
+
+/// A runner's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunnerReply {
+    /// The module is loaded.
+    Loaded,
+    /// The buffers exist; one IPC handle (base64) per buffer.
+    Allocated {
+        /// Handles, in the order asked.
+        handles: Vec<String>,
+    },
+    /// A run finished.
+    Ran {
+        /// Milliseconds between the start and end events.
+        millis: f64,
+    },
+    /// A CUDA call failed; the runner asks to be replaced.
+    Failed {
+        /// The failure.
+        error: CudaError,
+    },
+    /// Blocks per multiprocessor per query (`None` where the driver refused).
+    Occupancy {
+        /// Answers.
+        blocks: Vec<Option<i32>>,
+    },
+    /// Everything freed.
+    Reset,
+}
+
+/// The runner process's state. Every resource holds a handle on the context, so the context
+/// outlives them whatever the order; [`Drop`] scrubs the buffers before they are freed.
+struct RunnerState {
+    gpu: Gpu,
+    module: Option<Module>,
+    functions: Vec<sys::CUfunction>,
+    buffers: Vec<DeviceBuffer>,
+    flush: Option<DeviceBuffer>,
+    events: Option<(Event, Event)>,
+}
+
+impl RunnerState {
+    fn open() -> Result<RunnerState, String> {
+        if !driver::driver_present() {
+            return Err("libcuda not found: no NVIDIA driver on this machine".into());
+        }
+        let gpu = Gpu::open().map_err(|e| format!("no usable GPU: {e}"))?;
+        Ok(RunnerState {
+            gpu,
+            module: None,
+            functions: Vec::new(),
+            buffers: Vec::new(),
+            flush: None,
+            events: None,
+        })
+    }
+
+    fn free_buffers(&mut self) {
+        for b in &self.buffers {
+            b.scrub();
+        }
+        self.buffers.clear();
+    }
+
+    fn unload(&mut self) {
+        self.functions.clear();
+        self.module = None;
+    }
+
+    fn load(&mut self, cubin_b64: &str, symbols: &[String]) -> Result<(), CudaError> {
+        self.unload();
+        let cubin = base64::engine::general_purpose::STANDARD
+            .decode(cubin_b64)
+            .unwrap_or_default();
+        let module = self.gpu.load_module(&cubin, "kernels")?;
+        self.functions = symbols
+            .iter()
+            .map(|s| module.function(s))
+            .collect::<Result<_, _>>()?;
+        self.module = Some(module);
+        Ok(())
+    }
+
+    fn alloc(&mut self, bytes: &[u64]) -> Result<Vec<String>, CudaError> {
+        self.free_buffers();
+        let mut handles = Vec::with_capacity(bytes.len());
+        for (i, &b) in bytes.iter().enumerate() {
+            let buf = self.gpu.alloc(b as usize, &format!("buffer {i}"))?;
+            handles.push(base64::engine::general_purpose::STANDARD.encode(buf.ipc_handle()?));
+            self.buffers.push(buf);
+        }
+        Ok(handles)
+    }
+
+    fn run(
+        &mut self,
+        launches: &[RunLaunch],
+        zero: &[usize],
+        flush_bytes: u64,
+        flush_value: u32,
+    ) -> Result<f64, CudaError> {
+        let stream = self.gpu.stream();
+        if flush_bytes > 0 && self.flush.as_ref().is_none_or(|f| f.bytes as u64 != flush_bytes) {
+            self.flush = None;
+            self.flush = Some(self.gpu.alloc(flush_bytes as usize, "L2 flush buffer")?);
+        }
+        if self.events.is_none() {
+            self.events = Some((self.gpu.event()?, self.gpu.event()?));
+        }
+        let (e0, e1) = self.events.as_ref().ok_or_else(|| CudaError {
+            code: -1,
+            name: "NO_EVENTS".into(),
+            during: "timing events".into(),
+        })?;
+        if let Some(f) = &self.flush {
+            f.slice().memset_words(flush_value, stream)?;
+        }
+        e0.record(stream)?;
+        for &z in zero {
+            if let Some(b) = self.buffers.get(z) {
+                b.slice().memset(0, stream)?;
+            }
+        }
+        for (k, l) in launches.iter().enumerate() {
+            let f = *self.functions.get(l.function).ok_or_else(|| CudaError {
+                code: -1,
+                name: "NO_FUNCTION".into(),
+                during: format!("launch {k}: no function {}", l.function),
+            })?;
+            let mut args: Vec<[u8; 8]> = l
+                .args
+                .iter()
+                .map(|a| match a {
+                    RunArg::Buffer { index } => self
+                        .buffers
+                        .get(*index)
+                        .map_or(0u64, |b| b.ptr)
+                        .to_le_bytes(),
+                    RunArg::Value { bits } => bits.to_le_bytes(),
+                })
+                .collect();
+            driver::launch(f, l.grid, l.block, l.smem, stream, &mut args, || {
+                format!("launch {k} of the plan")
+            })?;
+        }
+        e1.record(stream)?;
+        self.gpu.sync(|| "synchronize after the plan".into())?;
+        Ok(f64::from(e1.elapsed_since(e0)?))
+    }
+}
+
+impl Drop for RunnerState {
+    fn drop(&mut self) {
+        self.free_buffers();
+    }
+}
+
+/// Serves [`RunnerCmd`]s (the `runner` worker role).
+#[derive(Default)]
+pub struct RunnerHandler {
+    state: Option<Result<RunnerState, String>>,
+}
+
+impl Handler for RunnerHandler {
+    type Job = RunnerCmd;
+    type Reply = RunnerReply;
+
+    fn handle(&mut self, cmd: RunnerCmd) -> Handled<RunnerReply> {
+        let state = match self.state.get_or_insert_with(RunnerState::open) {
+            Ok(s) => s,
+            Err(reason) => return Handled::refused(reason.clone()),
+        };
+        let failed = |error: CudaError| Handled {
+            reply: Ok(RunnerReply::Failed { error }),
+            restart: true,
+        };
+        match cmd {
+            RunnerCmd::Load { cubin_b64, symbols } => match state.load(&cubin_b64, &symbols) {
+                Ok(()) => Handled::ok(RunnerReply::Loaded),
+                Err(e) => failed(e),
+            },
+            RunnerCmd::Alloc { bytes } => match state.alloc(&bytes) {
+                Ok(handles) => Handled::ok(RunnerReply::Allocated { handles }),
+                Err(e) => failed(e),
+            },
+            RunnerCmd::Run {
+                launches,
+                zero,
+                flush_bytes,
+                flush_value,
+            } => match state.run(&launches, &zero, flush_bytes, flush_value) {
+                Ok(millis) => Handled::ok(RunnerReply::Ran { millis }),
+                Err(e) => failed(e),
+            },
+            RunnerCmd::Occupancy { queries } => Handled::ok(RunnerReply::Occupancy {
+                blocks: queries
+                    .iter()
+                    .map(|&(f, threads, smem)| {
+                        state
+                            .functions
+                            .get(f)
+                            .and_then(|&f| driver::occupancy_blocks(f, threads, smem).ok())
+                    })
+                    .collect(),
+            }),
+            RunnerCmd::Reset => {
+                state.free_buffers();
+                state.unload();
+                Handled::ok(RunnerReply::Reset)
+            }
+        }
+    }
+}
+
+/// Why a runner command did not succeed, and whose failure that is.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RunnerFault {
+    /// A CUDA call failed in the runner (a fault of the kernels it runs).
+    Cuda(CudaError),
+    /// The command ran past its limit; the runner was killed.
+    Timeout(Duration),
+    /// The runner died during the command.
+    Crashed(String),
+    /// No usable runner (could not start, wrong protocol, no GPU): ours.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for RunnerFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunnerFault::Cuda(e) => write!(f, "{e}"),
+            RunnerFault::Timeout(d) => write!(f, "no answer within {} ms", d.as_millis()),
+            RunnerFault::Crashed(r) => write!(f, "the runner died: {r}"),
+            RunnerFault::Unavailable(r) => write!(f, "no runner: {r}"),
+        }
+    }
+}
+
+/// The harness's handle on one runner process.
+pub(crate) struct RunnerClient {
+    pool: Pool<RunnerCmd, RunnerReply>,
+    /// The module loaded now (a hash of the cubin), to skip reloading a trusted one.
+    pub loaded: Option<u64>,
+}
+
+impl RunnerClient {
+    /// A runner started from this executable, in its own process.
+    pub fn new(what: &str) -> Result<RunnerClient, String> {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find this executable to start the {what} runner: {e}"))?;
+        let spec: WorkerSpec =
+            crate::worker::WorkerCommand::new(exe, crate::worker::Role::Runner)
+                .spec(crate::worker::Role::Runner);
+        Ok(RunnerClient {
+            pool: Pool::new(vec![spec]),
+            loaded: None,
+        })
+    }
+
+    /// Frees the runner's buffers and module (its process stays).
+    pub fn reset(&mut self, limit: Duration) -> Result<(), RunnerFault> {
+        self.loaded = None;
+        match self.call(&RunnerCmd::Reset, limit)? {
+            RunnerReply::Reset => Ok(()),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    fn call(&mut self, cmd: &RunnerCmd, limit: Duration) -> Result<RunnerReply, RunnerFault> {
+        let out = self.pool.run(cmd, limit);
+        if !matches!(out, JobOutcome::Done(_)) {
+            self.loaded = None;
+        }
+        match out {
+            JobOutcome::Done(RunnerReply::Failed { error }) => {
+                self.loaded = None;
+                Err(RunnerFault::Cuda(error))
+            }
+            JobOutcome::Done(r) => Ok(r),
+            JobOutcome::Refused { reason } | JobOutcome::Unavailable { reason } => {
+                Err(RunnerFault::Unavailable(reason))
+            }
+            JobOutcome::Timeout { limit } => Err(RunnerFault::Timeout(limit)),
+            JobOutcome::Crashed {
+                reason,
+                stderr_tail,
+            } => {
+                let tail = crate::sandbox::last_lines(&stderr_tail, 3, " | ");
+                Err(RunnerFault::Crashed(if tail.is_empty() {
+                    reason
+                } else {
+                    format!("{reason}; stderr: {tail}")
+                }))
+            }
+        }
+    }
+
+    fn unexpected(reply: RunnerReply) -> RunnerFault {
+        RunnerFault::Unavailable(format!("runner answered out of turn: {reply:?}"))
+    }
+
+    /// Loads a module (`key` identifies it; `None` forces a load).
+    pub fn load(
+        &mut self,
+        cubin_b64: &str,
+        symbols: Vec<String>,
+        key: Option<u64>,
+        limit: Duration,
+    ) -> Result<(), RunnerFault> {
+        if key.is_some() && self.loaded == key {
+            return Ok(());
+        }
+        let cmd = RunnerCmd::Load {
+            cubin_b64: cubin_b64.to_string(),
+            symbols,
+        };
+        match self.call(&cmd, limit)? {
+            RunnerReply::Loaded => {
+                self.loaded = key;
+                Ok(())
+            }
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// Allocates buffers; returns their IPC handles.
+    pub fn alloc(&mut self, bytes: Vec<u64>, limit: Duration) -> Result<Vec<IpcHandle>, RunnerFault> {
+        match self.call(&RunnerCmd::Alloc { bytes }, limit)? {
+            RunnerReply::Allocated { handles } => handles
+                .iter()
+                .map(|h| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(h)
+                        .ok()
+                        .and_then(|v| IpcHandle::try_from(v.as_slice()).ok())
+                        .ok_or_else(|| RunnerFault::Unavailable("runner sent a malformed IPC handle".into()))
+                })
+                .collect(),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// One timed run; returns its milliseconds.
+    pub fn run(
+        &mut self,
+        launches: Vec<RunLaunch>,
+        zero: Vec<usize>,
+        flush: (u64, u32),
+        limit: Duration,
+    ) -> Result<f64, RunnerFault> {
+        let cmd = RunnerCmd::Run {
+            launches,
+            zero,
+            flush_bytes: flush.0,
+            flush_value: flush.1,
+        };
+        match self.call(&cmd, limit)? {
+            RunnerReply::Ran { millis } => Ok(millis),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// Driver occupancy per query.
+    pub fn occupancy(
+        &mut self,
+        queries: Vec<(usize, u32, u32)>,
+        limit: Duration,
+    ) -> Result<Vec<Option<i32>>, RunnerFault> {
+        match self.call(&RunnerCmd::Occupancy { queries }, limit)? {
+            RunnerReply::Occupancy { blocks } => Ok(blocks),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+}
