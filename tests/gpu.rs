@@ -6,9 +6,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cudaperf::exec::ExecOptions;
-use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission};
+use cudaperf::exec::{ExecOptions, RunArg, RunLaunch, RunnerCmd, RunnerReply};
+use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission, Verdict};
+use cudaperf::sandbox::{JobOutcome, Pool};
 use cudaperf::task::Task;
+use cudaperf::worker::{Role, WorkerCommand};
 
 fn root() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
@@ -34,17 +36,27 @@ struct Case {
 }
 
 fn evaluator(timeout_s: u64) -> Evaluator {
+    evaluator_with(ExecOptions {
+        timeout: Duration::from_secs(timeout_s),
+        workers_per_gpu: 2,
+        ..Default::default()
+    })
+}
+
+fn evaluator_with(exec: ExecOptions) -> Evaluator {
     let mut opts = EvalOptions {
         exec: ExecOptions {
             worker: worker(),
-            timeout: Duration::from_secs(timeout_s),
-            workers_per_gpu: 2,
-            ..Default::default()
+            ..exec
         },
         ..Default::default()
     };
     opts.compile.worker = worker();
     Evaluator::new(opts)
+}
+
+fn task(id: &str) -> Task {
+    Task::load(root().join("fixtures/tasks").join(id)).expect("task loads")
 }
 
 fn gpu_or_skip(e: &Evaluator) -> bool {
@@ -133,4 +145,284 @@ fn hostile_and_hack_candidates_get_their_verdicts_in_one_pool() {
         start.elapsed().as_secs_f64()
     );
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[derive(serde::Deserialize)]
+struct TimingManifest {
+    case: Vec<TimingCase>,
+}
+
+#[derive(serde::Deserialize)]
+struct TimingCase {
+    file: String,
+    task: String,
+    class: u32,
+    expect: Vec<String>,
+    max_speedup: Option<f64>,
+    min_candidate_us: Option<f64>,
+}
+
+/// Issue 9: attacks on the timing phase, one kernel per attack class on a compute-bound
+/// task (matmul) and memory-bound ones (softmax_rows, spmv_csr), each stopped by protocol
+/// v2: judged incorrect or faulting, or correct with no gain beyond its honest work and
+/// with the work it wanted for free inside its timed window.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn timing_attacks_are_stopped() {
+    let e = evaluator_with(ExecOptions {
+        timeout: Duration::from_secs(120),
+        workers_per_gpu: 1,
+        ..Default::default()
+    });
+    if !gpu_or_skip(&e) {
+        return;
+    }
+    let d = root().join("fixtures/hacks/timing");
+    let m: TimingManifest =
+        toml::from_str(&std::fs::read_to_string(d.join("manifest.toml")).expect("manifest"))
+            .expect("manifest toml");
+    let mut failures = Vec::new();
+    println!(
+        "{:<36} {:>5} {:<12} {:<22} {:>10} {:>10} {:>8} detail",
+        "attack", "class", "verdict", "expected", "ref_us", "cand_us", "speedup"
+    );
+    for c in &m.case {
+        let t = task(&c.task);
+        let src = std::fs::read_to_string(d.join(&c.file)).expect("case file");
+        let ev = e.evaluate(&t, &Submission::from_source(src), Stage::Timing);
+        let v = ev.verdict();
+        let timing = ev.stages.timing.as_ref();
+        let detail = ev
+            .stages
+            .correctness
+            .as_ref()
+            .map(|c| {
+                c.configs
+                    .iter()
+                    .flat_map(|k| k.reasons.clone())
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+            .filter(|s| !s.is_empty())
+            .or_else(|| {
+                ev.stages
+                    .execute
+                    .as_ref()
+                    .map(|x| serde_json::to_string(&x.status).unwrap_or_default())
+            })
+            .unwrap_or_default();
+        println!(
+            "{:<36} {:>5} {:<12} {:<22} {:>10.1} {:>10.1} {:>8.2} {}",
+            c.file,
+            c.class,
+            v.as_str(),
+            c.expect.join("|"),
+            timing.map_or(f64::NAN, |t| t.reference_us),
+            timing.map_or(f64::NAN, |t| t.candidate_us),
+            timing.map_or(f64::NAN, |t| t.speedup),
+            detail
+        );
+        if !c.expect.iter().any(|x| x == v.as_str()) {
+            failures.push(format!("{}: expected {:?}, got {v} ({detail})", c.file, c.expect));
+            continue;
+        }
+        if v == Verdict::Correct {
+            let Some(t) = timing else {
+                failures.push(format!("{}: correct but not timed", c.file));
+                continue;
+            };
+            assert_eq!(t.protocol, cudaperf::exec::PROTOCOL_VERSION);
+            if let Some(max) = c.max_speedup {
+                if t.speedup > max {
+                    failures.push(format!("{}: speedup {} above {max}", c.file, t.speedup));
+                }
+            }
+            if let Some(min) = c.min_candidate_us {
+                if t.candidate_us < min {
+                    failures.push(format!(
+                        "{}: candidate time {} us below {min} us: work it needed was not timed",
+                        c.file, t.candidate_us
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Issue 9, isolation: a candidate kernel that knows the exact address of the reference's
+/// buffer (in the reference's runner process) reads nothing of it: it faults, or it reads
+/// its own memory. A positive control shows the probe does see the pattern where it lives.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn reference_memory_is_not_addressable_from_the_candidate_runner() {
+    let e = evaluator(30);
+    if !gpu_or_skip(&e) {
+        return;
+    }
+    let src = r#"
+extern "C" __global__ void write_pattern(float* p, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) p[i] = 1234.5f;
+}
+extern "C" __global__ void probe(unsigned long long addr, float* own) {
+    float v = *reinterpret_cast<const volatile float*>(addr);
+    if (v == 1234.5f) {  // found the other side's data: make it visible in the run's time
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < 300000000ull);
+    }
+    own[0] = v;
+}
+"#;
+    let lib = cudaperf::compile::nvrtc::load().expect("nvrtc");
+    let mut flags = vec!["-arch=sm_90".to_string()];
+    if let Some(dir) = &lib.include_dir {
+        flags.push(format!("-I{}", dir.display()));
+    }
+    let out = cudaperf::compile::nvrtc::compile(src, "probe.cu", &flags, &[]).expect("compile");
+    assert!(out.ok, "{}", out.log);
+    let cubin_b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&out.cubin)
+    };
+    let spec = WorkerCommand::new(worker().expect("worker"), Role::Runner).spec(Role::Runner);
+    let reference: Pool<RunnerCmd, RunnerReply> = Pool::new(vec![spec.clone()]);
+    let candidate: Pool<RunnerCmd, RunnerReply> = Pool::new(vec![spec]);
+    let limit = Duration::from_secs(20);
+    let call = |p: &Pool<RunnerCmd, RunnerReply>, cmd: RunnerCmd| match p.run(&cmd, limit) {
+        JobOutcome::Done(r) => r,
+        other => panic!("runner: {other:?}"),
+    };
+    let n: u64 = 1 << 20;
+    let mut ptrs = Vec::new();
+    for p in [&reference, &candidate] {
+        assert_eq!(
+            call(
+                p,
+                RunnerCmd::Load {
+                    cubin_b64: cubin_b64.clone(),
+                    symbols: vec!["write_pattern".into(), "probe".into()]
+                }
+            ),
+            RunnerReply::Loaded
+        );
+        match call(p, RunnerCmd::Alloc { bytes: vec![4 * n, 4] }) {
+            RunnerReply::Allocated { pointers, .. } => ptrs.push(pointers),
+            other => panic!("{other:?}"),
+        }
+    }
+    let run = |p: &Pool<RunnerCmd, RunnerReply>, function: usize, args: Vec<RunArg>| {
+        call(
+            p,
+            RunnerCmd::Run {
+                launches: vec![RunLaunch {
+                    function,
+                    grid: [64, 1, 1],
+                    block: [256, 1, 1],
+                    smem: 0,
+                    args,
+                }],
+                zero: vec![],
+                flush_bytes: 0,
+                flush_value: 0,
+            },
+        )
+    };
+    let target = ptrs[0][0];
+    run(
+        &reference,
+        0,
+        vec![RunArg::Buffer { index: 0 }, RunArg::Value { bits: n }],
+    );
+    // Positive control: in the reference's own process the address holds the pattern.
+    let control = run(
+        &reference,
+        1,
+        vec![RunArg::Value { bits: target }, RunArg::Buffer { index: 1 }],
+    );
+    assert!(
+        matches!(control, RunnerReply::Ran { millis } if millis >= 250.0),
+        "control: {control:?}"
+    );
+    // The candidate's process, same address.
+    let attack = run(
+        &candidate,
+        1,
+        vec![RunArg::Value { bits: target }, RunArg::Buffer { index: 1 }],
+    );
+    println!(
+        "reference buffer at {target:#x}; candidate's own buffers at {:#x?}; the candidate's read: {attack:?}",
+        ptrs[1]
+    );
+    match attack {
+        RunnerReply::Failed { error } => assert!(
+            error.name.contains("ILLEGAL_ADDRESS") || error.code == 700,
+            "{error:?}"
+        ),
+        RunnerReply::Ran { millis } => assert!(millis < 100.0, "read the reference's data: {millis} ms"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Issue 9, unpredictable schedule: the same candidate scored in several jobs gets
+/// different warm-up counts and numbers of checked runs, and every run is checked.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn schedules_differ_between_jobs() {
+    let e = evaluator_with(ExecOptions {
+        timeout: Duration::from_secs(60),
+        workers_per_gpu: 1,
+        ..Default::default()
+    });
+    if !gpu_or_skip(&e) {
+        return;
+    }
+    let t = task("vector_add");
+    let mut seen = Vec::new();
+    for k in 0..6 {
+        let src = format!("// job {k}\n{}", t.reference.source);
+        let ev = e.evaluate(&t, &Submission::from_source(src), Stage::Timing);
+        let timing = ev.stages.timing.expect("timed");
+        assert_eq!(timing.protocol, cudaperf::exec::PROTOCOL_VERSION);
+        assert_eq!(timing.checked_runs, timing.warmup + timing.repetitions);
+        println!(
+            "job {k}: warm-up {}, timed {}, checked {}, speedup {:.4} (raw {:.4}, ci {:?})",
+            timing.warmup, timing.repetitions, timing.checked_runs, timing.speedup, timing.raw_speedup, timing.ci95
+        );
+        seen.push((timing.warmup, timing.checked_runs));
+    }
+    let warmups: std::collections::BTreeSet<_> = seen.iter().map(|s| s.0).collect();
+    let checked: std::collections::BTreeSet<_> = seen.iter().map(|s| s.1).collect();
+    assert!(warmups.len() >= 2 && checked.len() >= 2, "{seen:?}");
+}
+
+/// Issue 9, plausibility beyond bytes: with the compute floor raised past what the honest
+/// register-blocked matmul achieves (a peak of 1 TFLOP/s), its result is implausible and
+/// no speedup is awarded.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn compute_floor_withholds_implausible_speedups() {
+    let e = evaluator_with(ExecOptions {
+        timeout: Duration::from_secs(60),
+        workers_per_gpu: 1,
+        peak_tflops: 1.0,
+        ..Default::default()
+    });
+    if !gpu_or_skip(&e) {
+        return;
+    }
+    let t = task("matmul");
+    let imp = t
+        .implementations
+        .iter()
+        .find(|i| i.name == "register_blocked")
+        .expect("register_blocked");
+    let ev = e.evaluate(&t, &Submission::from_source(imp.source.clone()), Stage::Timing);
+    let timing = ev.stages.timing.expect("timed");
+    println!("{timing:?}");
+    assert!(timing.compute_floor_us > 17_000.0, "{}", timing.compute_floor_us);
+    assert!(timing.implausible && timing.speedup == 1.0 && timing.raw_speedup > 2.0);
+    assert!(timing.withheld.as_deref().is_some_and(|w| w.starts_with("implausible")));
 }

@@ -840,7 +840,6 @@ impl Harness {
         let checked_runs = run;
         let ref_med = timing::median(&ref_us);
         let cand_med = timing::median(&cand_us);
-        let raw = ref_med / cand_med;
         let ci95 = timing::ratio_ci(&ref_us, &cand_us, opts.bootstrap as usize, boot_seed);
         let noise = timing::noise_floor(
             &ref_us,
@@ -849,7 +848,6 @@ impl Harness {
             opts.min_noise_floor,
         );
         let spread = timing::rel_mad(&ref_us);
-        let unstable = spread > opts.unstable_factor * calibration + 0.005;
         let bandwidth = if job.bandwidth_gbps > 0.0 {
             job.bandwidth_gbps
         } else {
@@ -871,29 +869,16 @@ impl Harness {
         } else {
             0.0
         };
-        let implausible = cand_med < floor_us.max(compute_floor_us);
-        let within_noise = (raw - 1.0).abs() <= noise;
-        let (speedup, withheld) = if implausible {
-            (
-                1.0,
-                Some(format!(
-                    "implausible: {cand_med:.1} µs is below the physical floor ({floor_us:.1} µs to move the ABI's bytes at {bandwidth:.0} GB/s, {compute_floor_us:.1} µs for the task's FLOPs at {peak:.0} TFLOP/s)"
-                )),
-            )
-        } else if unstable {
-            (
-                raw.min(1.0),
-                Some(format!(
-                    "unstable: the reference's timing spread was {:.1} % in this job against {:.1} % when it ran alone",
-                    spread * 100.0,
-                    calibration * 100.0
-                )),
-            )
-        } else if within_noise {
-            (1.0, None)
-        } else {
-            (raw, None)
-        };
+        let award = timing::award(&timing::Measured {
+            reference_us: ref_med,
+            candidate_us: cand_med,
+            noise_floor: noise,
+            floor_us,
+            compute_floor_us,
+            reference_spread: spread,
+            reference_calibration: calibration,
+            unstable_factor: opts.unstable_factor,
+        });
         let queries = c
             .candidate
             .launches
@@ -927,18 +912,18 @@ impl Harness {
             config: c.name.clone(),
             reference_us: ref_med,
             candidate_us: cand_med,
-            speedup,
-            raw_speedup: raw,
+            speedup: award.speedup,
+            raw_speedup: award.raw_speedup,
             ci95,
             noise_floor: noise,
-            within_noise,
-            implausible,
+            within_noise: award.within_noise,
+            implausible: award.implausible,
             floor_us,
             compute_floor_us,
-            unstable,
+            unstable: award.unstable,
             reference_spread: spread,
             reference_calibration: calibration,
-            withheld,
+            withheld: award.withheld,
             achieved_gbps: if cand_med > 0.0 {
                 bytes / (cand_med * 1e3)
             } else {

@@ -98,6 +98,9 @@ pub enum RunnerReply {
     Allocated {
         /// Handles, in the order asked.
         handles: Vec<String>,
+        /// The buffers' addresses in the runner's own address space (for tests of the
+        /// isolation: they mean nothing in any other process).
+        pointers: Vec<u64>,
     },
     /// A run finished.
     Ran {
@@ -171,7 +174,7 @@ impl RunnerState {
         Ok(())
     }
 
-    fn alloc(&mut self, bytes: &[u64]) -> Result<Vec<String>, CudaError> {
+    fn alloc(&mut self, bytes: &[u64]) -> Result<(Vec<String>, Vec<u64>), CudaError> {
         self.free_buffers();
         let mut handles = Vec::with_capacity(bytes.len());
         for (i, &b) in bytes.iter().enumerate() {
@@ -179,7 +182,7 @@ impl RunnerState {
             handles.push(base64::engine::general_purpose::STANDARD.encode(buf.ipc_handle()?));
             self.buffers.push(buf);
         }
-        Ok(handles)
+        Ok((handles, self.buffers.iter().map(|b| b.ptr).collect()))
     }
 
     fn run(
@@ -270,7 +273,9 @@ impl Handler for RunnerHandler {
                 Err(e) => failed(e),
             },
             RunnerCmd::Alloc { bytes } => match state.alloc(&bytes) {
-                Ok(handles) => Handled::ok(RunnerReply::Allocated { handles }),
+                Ok((handles, pointers)) => {
+                    Handled::ok(RunnerReply::Allocated { handles, pointers })
+                }
                 Err(e) => failed(e),
             },
             RunnerCmd::Run {
@@ -416,7 +421,7 @@ impl RunnerClient {
     /// Allocates buffers; returns their IPC handles.
     pub fn alloc(&mut self, bytes: Vec<u64>, limit: Duration) -> Result<Vec<IpcHandle>, RunnerFault> {
         match self.call(&RunnerCmd::Alloc { bytes }, limit)? {
-            RunnerReply::Allocated { handles } => handles
+            RunnerReply::Allocated { handles, .. } => handles
                 .iter()
                 .map(|h| {
                     base64::engine::general_purpose::STANDARD

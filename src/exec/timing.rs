@@ -81,13 +81,93 @@ pub fn derive_seed(secret: u64, domain: u64, i: u64) -> u64 {
     z
 }
 
+/// What the timing loop measured, for [`award`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    /// Median reference time, µs.
+    pub reference_us: f64,
+    /// Median candidate time, µs.
+    pub candidate_us: f64,
+    /// The noise floor (relative).
+    pub noise_floor: f64,
+    /// The time the ABI's bytes need at the device's bandwidth, µs (0: unknown).
+    pub floor_us: f64,
+    /// The time the task's FLOPs need at the device's peak, µs (0: not declared).
+    pub compute_floor_us: f64,
+    /// The reference's relative spread in this job.
+    pub reference_spread: f64,
+    /// The reference's relative spread when it ran alone.
+    pub reference_calibration: f64,
+    /// Spread above `unstable_factor` × calibration + 0.005 is unstable.
+    pub unstable_factor: f64,
+}
+
+/// The speedup a measurement earns, and why less is awarded when it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Award {
+    /// Awarded speedup.
+    pub speedup: f64,
+    /// Measured ratio.
+    pub raw_speedup: f64,
+    /// Inside the noise floor: reported as 1.0.
+    pub within_noise: bool,
+    /// Faster than a physical floor: 1.0, nothing earned.
+    pub implausible: bool,
+    /// The reference's spread was far above its calibration: at most 1.0.
+    pub unstable: bool,
+    /// Why less than measured is awarded.
+    pub withheld: Option<String>,
+}
+
+/// The rules of protocol v2: a time below either physical floor earns nothing (1.0); an
+/// unstable reference withholds any gain but keeps a loss; a ratio inside the noise floor
+/// is 1.0.
+pub fn award(m: &Measured) -> Award {
+    let raw = m.reference_us / m.candidate_us;
+    let floor = m.floor_us.max(m.compute_floor_us);
+    let implausible = floor > 0.0 && m.candidate_us < floor;
+    let unstable =
+        m.reference_spread > m.unstable_factor * m.reference_calibration + 0.005;
+    let within_noise = (raw - 1.0).abs() <= m.noise_floor;
+    let (speedup, withheld) = if implausible {
+        (
+            1.0,
+            Some(format!(
+                "implausible: {:.1} µs is below the physical floor of {floor:.1} µs (bytes: {:.1} µs, FLOPs: {:.1} µs)",
+                m.candidate_us, m.floor_us, m.compute_floor_us
+            )),
+        )
+    } else if unstable && raw > 1.0 {
+        (
+            1.0,
+            Some(format!(
+                "unstable: the reference's timing spread was {:.1} % in this job against {:.1} % when it ran alone",
+                m.reference_spread * 100.0,
+                m.reference_calibration * 100.0
+            )),
+        )
+    } else if within_noise {
+        (1.0, None)
+    } else {
+        (raw, None)
+    };
+    Award {
+        speedup,
+        raw_speedup: raw,
+        within_noise,
+        implausible,
+        unstable,
+        withheld,
+    }
+}
+
 /// Purposes of derived seeds.
 pub mod domain {
     /// Input set A of config `k` (index = k).
     pub const SET_A: u64 = 1;
     /// Input set B of config `k`.
     pub const SET_B: u64 = 2;
-    /// The second run on set A (same inputs, regenerated).
+    /// Warm-up and timed runs (index = the run).
     pub const TIMED: u64 = 3;
     /// Reference calibration runs.
     pub const CALIBRATION: u64 = 4;
@@ -162,6 +242,47 @@ mod tests {
         assert!(ci[0] < 2.0 && 2.0 < ci[1], "{ci:?}");
         assert!(ci[1] - ci[0] < 0.1, "{ci:?}");
         assert_eq!(ci, ratio_ci(&r, &c, 1000, 1));
+    }
+
+    fn measured(reference_us: f64, candidate_us: f64) -> Measured {
+        Measured {
+            reference_us,
+            candidate_us,
+            noise_floor: 0.01,
+            floor_us: 10.0,
+            compute_floor_us: 0.0,
+            reference_spread: 0.004,
+            reference_calibration: 0.004,
+            unstable_factor: 3.0,
+        }
+    }
+
+    #[test]
+    fn awards_follow_the_rules() {
+        // Plain gain and plain loss.
+        let a = award(&measured(200.0, 100.0));
+        assert_eq!((a.speedup, a.withheld.is_none()), (2.0, true));
+        assert_eq!(award(&measured(100.0, 200.0)).speedup, 0.5);
+        // Inside the noise floor.
+        let a = award(&measured(100.0, 99.5));
+        assert!(a.within_noise && a.speedup == 1.0 && a.withheld.is_none());
+        // Below the bandwidth floor, and below a compute floor.
+        let a = award(&measured(200.0, 5.0));
+        assert!(a.implausible && a.speedup == 1.0);
+        assert!(a.withheld.as_deref().unwrap().starts_with("implausible"));
+        let mut m = measured(3000.0, 15.0);
+        m.compute_floor_us = 17.4;
+        let a = award(&m);
+        assert!(a.implausible && a.raw_speedup == 200.0 && a.speedup == 1.0);
+        // Unstable reference: a gain is withheld, a loss stands.
+        let mut m = measured(200.0, 100.0);
+        m.reference_spread = 0.05;
+        let a = award(&m);
+        assert!(a.unstable && a.speedup == 1.0);
+        assert!(a.withheld.as_deref().unwrap().contains("5.0 %"));
+        m.reference_us = 50.0;
+        let a = award(&m);
+        assert!(a.unstable && a.speedup == 0.5 && a.withheld.is_none());
     }
 
     #[test]
