@@ -13,11 +13,9 @@
 //! | `diag` | ping, sleep, exit: tests of the pool itself | tests |
 //!
 //! ```no_run
-//! fn main() {
-//!     // Returns at once unless this process was started as a worker.
-//!     cudaperf::worker::run_if_requested();
-//!     // ... the trainer ...
-//! }
+//! // First thing in `main`; returns at once unless this process was started as a worker.
+//! cudaperf::worker::run_if_requested();
+//! // ... the trainer ...
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -89,9 +87,7 @@ pub fn run_role(role: &str) -> i32 {
             crate::sandbox::run(role, &mut crate::compile::worker::CompileHandler)
         }
         Some(Role::Gpu) => crate::sandbox::run(role, &mut crate::exec::GpuHandler::default()),
-        Some(Role::Runner) => {
-            crate::sandbox::run(role, &mut crate::exec::RunnerHandler::default())
-        }
+        Some(Role::Runner) => crate::sandbox::run(role, &mut crate::exec::RunnerHandler::default()),
         Some(Role::Diag) => crate::sandbox::run(role, &mut DiagHandler),
         None => {
             eprintln!(

@@ -224,7 +224,10 @@ fn timing_attacks_are_stopped() {
             detail
         );
         if !c.expect.iter().any(|x| x == v.as_str()) {
-            failures.push(format!("{}: expected {:?}, got {v} ({detail})", c.file, c.expect));
+            failures.push(format!(
+                "{}: expected {:?}, got {v} ({detail})",
+                c.file, c.expect
+            ));
             continue;
         }
         if v == Verdict::Correct {
@@ -308,7 +311,12 @@ extern "C" __global__ void probe(unsigned long long addr, float* own) {
             ),
             RunnerReply::Loaded
         );
-        match call(p, RunnerCmd::Alloc { bytes: vec![4 * n, 4] }) {
+        match call(
+            p,
+            RunnerCmd::Alloc {
+                bytes: vec![4 * n, 4],
+            },
+        ) {
             RunnerReply::Allocated { pointers, .. } => ptrs.push(pointers),
             other => panic!("{other:?}"),
         }
@@ -361,7 +369,9 @@ extern "C" __global__ void probe(unsigned long long addr, float* own) {
             error.name.contains("ILLEGAL_ADDRESS") || error.code == 700,
             "{error:?}"
         ),
-        RunnerReply::Ran { millis } => assert!(millis < 100.0, "read the reference's data: {millis} ms"),
+        RunnerReply::Ran { millis } => {
+            assert!(millis < 100.0, "read the reference's data: {millis} ms")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -389,7 +399,12 @@ fn schedules_differ_between_jobs() {
         assert_eq!(timing.checked_runs, timing.warmup + timing.repetitions);
         println!(
             "job {k}: warm-up {}, timed {}, checked {}, speedup {:.4} (raw {:.4}, ci {:?})",
-            timing.warmup, timing.repetitions, timing.checked_runs, timing.speedup, timing.raw_speedup, timing.ci95
+            timing.warmup,
+            timing.repetitions,
+            timing.checked_runs,
+            timing.speedup,
+            timing.raw_speedup,
+            timing.ci95
         );
         seen.push((timing.warmup, timing.checked_runs));
     }
@@ -419,10 +434,21 @@ fn compute_floor_withholds_implausible_speedups() {
         .iter()
         .find(|i| i.name == "register_blocked")
         .expect("register_blocked");
-    let ev = e.evaluate(&t, &Submission::from_source(imp.source.clone()), Stage::Timing);
+    let ev = e.evaluate(
+        &t,
+        &Submission::from_source(imp.source.clone()),
+        Stage::Timing,
+    );
     let timing = ev.stages.timing.expect("timed");
     println!("{timing:?}");
-    assert!(timing.compute_floor_us > 17_000.0, "{}", timing.compute_floor_us);
+    assert!(
+        timing.compute_floor_us > 17_000.0,
+        "{}",
+        timing.compute_floor_us
+    );
     assert!(timing.implausible && timing.speedup == 1.0 && timing.raw_speedup > 2.0);
-    assert!(timing.withheld.as_deref().is_some_and(|w| w.starts_with("implausible")));
+    assert!(timing
+        .withheld
+        .as_deref()
+        .is_some_and(|w| w.starts_with("implausible")));
 }

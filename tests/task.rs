@@ -117,6 +117,10 @@ invalid_task! {
     implementation_path_traversal: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nimplementations = [\"sub/../../x.cu\"]"), omit [], cap(8 << 30) => "implementations[0]", "inside the task folder";
     /// The id must equal the folder name.
     id_differs_from_folder: replace("id = \"t\"", "id = \"other\""), omit [], cap(8 << 30) => "id", "folder name";
+    /// `flops` over a size no config defines.
+    flops_names_unknown_size: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nflops = \"2 * n * k\""), omit [], cap(8 << 30) => "flops", "`k`";
+    /// A negative FLOP count would make every result implausible.
+    flops_negative: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nflops = \"0 - n\""), omit [], cap(8 << 30) => "flops", "finite count >= 0";
     /// Negative tolerances make every comparison fail.
     negative_tolerance: append("[tolerance]\natol = -1.0\nrtol = 0.0"), omit [], cap(8 << 30) => "tolerance", "finite";
 }
@@ -290,4 +294,17 @@ fn task_with_scientific_scalar_loads() {
         panic!("scalar")
     };
     assert_eq!(value.eval_f64(&t.configs[0].sizes), Ok(1e-5));
+}
+
+/// A declared `flops` expression is kept and evaluates per config (matmul: 2 m n k).
+#[test]
+fn flops_is_loaded() {
+    let t = cudaperf::task::Task::load(common::fixture("tasks/matmul")).expect("matmul");
+    let c = t.configs.iter().find(|c| c.name == "large").expect("large");
+    let f = t.flops.as_ref().expect("matmul declares flops");
+    assert_eq!(
+        f.eval_f64(&c.sizes).expect("evaluates"),
+        2.0 * 2048f64.powi(3)
+    );
+    assert!(common::vector_add().flops.is_none());
 }

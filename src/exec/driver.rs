@@ -71,7 +71,7 @@ impl Drop for Context {
 /// mappings are made through it and keep it alive.
 #[derive(Clone)]
 pub struct Gpu {
-    ctx: std::sync::Arc<Context>,
+    ctx: std::rc::Rc<Context>,
 }
 
 impl Gpu {
@@ -104,7 +104,7 @@ impl Gpu {
             }
         };
         Ok(Gpu {
-            ctx: std::sync::Arc::new(Context { device, stream }),
+            ctx: std::rc::Rc::new(Context { device, stream }),
         })
     }
 

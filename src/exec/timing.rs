@@ -71,7 +71,8 @@ pub fn rel_mad(xs: &[f64]) -> f64 {
 /// A seed for purpose `domain`, index `i`, derived from a job's secret (splitmix64 steps:
 /// every derived seed is unrelated to the others for anyone without the secret).
 pub fn derive_seed(secret: u64, domain: u64, i: u64) -> u64 {
-    let mut z = secret ^ domain.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut z =
+        secret ^ domain.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     for _ in 0..2 {
         z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -126,8 +127,7 @@ pub fn award(m: &Measured) -> Award {
     let raw = m.reference_us / m.candidate_us;
     let floor = m.floor_us.max(m.compute_floor_us);
     let implausible = floor > 0.0 && m.candidate_us < floor;
-    let unstable =
-        m.reference_spread > m.unstable_factor * m.reference_calibration + 0.005;
+    let unstable = m.reference_spread > m.unstable_factor * m.reference_calibration + 0.005;
     let within_noise = (raw - 1.0).abs() <= m.noise_floor;
     let (speedup, withheld) = if implausible {
         (
@@ -312,7 +312,10 @@ mod tests {
             warmups.insert(s.warmup);
             mins.insert(s.min_reps);
         }
-        assert!(warmups.len() >= 4 && mins.len() >= 5, "{warmups:?} {mins:?}");
+        assert!(
+            warmups.len() >= 4 && mins.len() >= 5,
+            "{warmups:?} {mins:?}"
+        );
     }
 
     #[test]

@@ -47,6 +47,12 @@ int main(int argc, char** argv) {
     FILE* f = fopen(argc > 2 ? argv[2] : "kernels.cubin", "rb"); if (!f) { printf("no cubin\n"); return 1; }
     fseek(f, 0, SEEK_END); cubin.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(cubin.data(), 1, cubin.size(), f) != cubin.size()) return 1; fclose(f);
     if (argc > 1 && std::string(argv[1]) == "child") return child(3, 4);
+    if (argc > 1 && std::string(argv[1]) == "holder") {  // opens a handle and keeps it open
+        CK(cuInit(0)); CUdevice d; CK(cuDeviceGet(&d, 0)); CUcontext c; CK(cuDevicePrimaryCtxRetain(&c, d)); CK(cuCtxSetCurrent(c));
+        CUipcMemHandle h; if (read(3, &h, sizeof h) != sizeof h) return 1;
+        CUdeviceptr p = 0; CK(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        char b = 'x'; if (write(4, &b, 1) != 1) return 1; if (read(3, &b, 1) != 1) return 1; return 0;
+    }
     // usage: probe [hmm|main] [cubin]
     CK(cuInit(0)); CUdevice d; CK(cuDeviceGet(&d, 0));
     int pma = -1, hpt = -1, cma = -1;
@@ -56,6 +62,33 @@ int main(int argc, char** argv) {
     printf("1. pageable memory access=%d uses host page tables=%d concurrent managed=%d\n", pma, hpt, cma);
     CUcontext a; CK(cuDevicePrimaryCtxRetain(&a, d)); CK(cuCtxSetCurrent(a));
     CUmodule ma; CK(cuModuleLoadData(&ma, cubin.data()));
+    if (argc > 1 && std::string(argv[1]) == "atomics") {
+        // 6. global atomics on a 1 KiB histogram: plain allocation, exported with an IPC
+        // handle, and mapped by another process.
+        int n = 1 << 28; CUdeviceptr data; CK(cuMemAlloc(&data, n));
+        unsigned long long nn = n; void* fa[] = {&data, &nn};
+        CK(cuLaunchKernel(fn(ma, "fill_u8"), (n + 255) / 256,1,1, 256,1,1, 0, 0, fa, nullptr)); CK(cuCtxSynchronize());
+        CUevent e0, e1; CK(cuEventCreate(&e0, 0)); CK(cuEventCreate(&e1, 0));
+        auto time_hist = [&](CUdeviceptr bins) {
+            std::vector<float> ms;
+            for (int r = 0; r < 7; ++r) {
+                CK(cuMemsetD8(bins, 0, 1024)); void* ha[] = {&data, &bins, &n};
+                CK(cuEventRecord(e0, 0)); CK(cuLaunchKernel(fn(ma, "hist"), (n + 255) / 256,1,1, 256,1,1, 0, 0, ha, nullptr)); CK(cuEventRecord(e1, 0)); CK(cuEventSynchronize(e1));
+                float t; CK(cuEventElapsedTime(&t, e0, e1)); ms.push_back(t);
+            }
+            std::sort(ms.begin(), ms.end()); return ms[3];
+        };
+        CUdeviceptr plain, exported; CK(cuMemAlloc(&plain, 1 << 21)); CK(cuMemAlloc(&exported, 1 << 21));
+        CUipcMemHandle h; CK(cuIpcGetMemHandle(&h, exported));
+        printf("6. histogram of %d bytes, global atomics: plain %.3f ms, exported %.3f ms", n, time_hist(plain), time_hist(exported));
+        int to_child[2], from_child[2]; if (pipe(to_child) || pipe(from_child)) return 1;
+        pid_t pid = fork();
+        if (pid == 0) { dup2(to_child[0], 3); dup2(from_child[1], 4); execl("/proc/self/exe", argv[0], "holder", argc > 2 ? argv[2] : "kernels.cubin", (char*)nullptr); _exit(127); }
+        if (write(to_child[1], &h, sizeof h) != sizeof h) return 1; char b; if (read(from_child[0], &b, 1) != 1) return 1;
+        printf(", mapped by another process %.3f ms, plain again %.3f ms\n", time_hist(exported), time_hist(plain));
+        b = 'q'; if (write(to_child[1], &b, 1) != 1) return 1; int st; waitpid(pid, &st, 0);
+        return 0;
+    }
     if (argc > 1 && std::string(argv[1]) == "hmm") {
     {   // device code dereferencing a malloc'ed host pointer
         int* host = (int*)malloc(4096); host[0] = 1234; CUdeviceptr out; CK(cuMemAlloc(&out, 4)); CK(cuMemsetD8(out, 0, 4));
