@@ -4,15 +4,50 @@
 //! cargo run --release --example gpu_bench -- [TASK_DIR]     (default fixtures/tasks/vector_add)
 //! ```
 //! Rows: per-stage latency (uncached compile, cached compile, correctness job, correctness +
-//! timing job), end-to-end per fresh candidate, a GRPO group of 16 through the pool with 1
-//! and 4 workers, the coefficient of variation of 10 repeated speedup measurements of one
-//! candidate, and wall time over the GPU time the protocol needs.
+//! timing job), end-to-end per fresh candidate, a GRPO group of 16 (one group job) with 1
+//! and 2 workers per GPU, the coefficient of variation of 10 repeated speedup measurements
+//! of one candidate, the rank stability of a mixed group scored twice (one job per
+//! candidate against one job per group), a group of 64 over 8 tasks against the GPU time of
+//! its launches, and 16 cold compiles in parallel against one.
 
 use std::time::{Duration, Instant};
 
 use cudaperf::exec::ExecOptions;
-use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission};
+use cudaperf::reward::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
 use cudaperf::task::Task;
+
+/// Kendall's tau between two scorings of the same members (pairs tied in either count as
+/// discordant halves).
+fn kendall(a: &[f64], b: &[f64]) -> f64 {
+    let (mut conc, mut total) = (0.0, 0.0);
+    for i in 0..a.len() {
+        for j in i + 1..a.len() {
+            let s = (a[i] - a[j]).signum() * (b[i] - b[j]).signum();
+            conc += s;
+            total += 1.0;
+        }
+    }
+    if total == 0.0 {
+        f64::NAN
+    } else {
+        conc / total
+    }
+}
+
+fn raw_speedups(evals: &[Evaluation]) -> Vec<f64> {
+    evals
+        .iter()
+        .map(|e| e.stages.timing.as_ref().map_or(f64::NAN, |t| t.raw_speedup))
+        .collect()
+}
+
+/// Every implementation of a task (reference included), as `n` distinct submissions.
+fn variants(task: &Task, n: usize, tag: usize) -> Vec<Submission> {
+    let impls: Vec<_> = task.all_implementations().collect();
+    (0..n)
+        .map(|k| fresh(&impls[k % impls.len()].source, tag * 1000 + k))
+        .collect()
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -174,6 +209,104 @@ fn main() {
         format!("{:.2} %", 100.0 * sd / mean),
     ));
     rows.push(("speedup mean".into(), format!("{mean:.3}")));
+
+    // Rank stability: a mixed group (every implementation, 4 variants each), scored twice
+    // as one job per candidate and twice as one group job.
+    let group = variants(&task, 16, 7);
+    let single = |tag: usize| -> Vec<f64> {
+        let subs: Vec<Submission> = group.iter().map(|s| fresh(s.text(), tag)).collect();
+        let evals: Vec<Evaluation> = subs
+            .iter()
+            .map(|s| e.evaluate(&task, s, Stage::Timing))
+            .collect();
+        raw_speedups(&evals)
+    };
+    let grouped = |tag: usize| -> Vec<f64> {
+        let subs: Vec<Submission> = group.iter().map(|s| fresh(s.text(), tag)).collect();
+        raw_speedups(&e.evaluate_batch(&task, &subs, Stage::Timing))
+    };
+    let (s1, s2) = (single(71), single(72));
+    let (g1, g2) = (grouped(73), grouped(74));
+    rows.push((
+        "rank stability, group of 16 scored twice: per-candidate jobs (Kendall tau)".into(),
+        format!("{:.3}", kendall(&s1, &s2)),
+    ));
+    rows.push((
+        "rank stability, group of 16 scored twice: group jobs (Kendall tau)".into(),
+        format!("{:.3}", kendall(&g1, &g2)),
+    ));
+
+    // 64 candidates over 8 tasks, one group per task, against the GPU time of the launches.
+    let root = std::path::Path::new(&dir)
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let mixed = [
+        "vector_add",
+        "softmax_rows",
+        "matmul",
+        "transpose",
+        "sum_dim",
+        "stencil_1d",
+        "spmv_csr",
+        "layernorm",
+    ];
+    let tasks: Vec<Task> = mixed
+        .iter()
+        .filter_map(|id| Task::load(root.join(id)).ok())
+        .collect();
+    // Warm the references' compiles and each worker's runners and calibrations.
+    for t in &tasks {
+        let _ = e.evaluate_batch(t, &variants(t, 2, 80), Stage::Timing);
+    }
+    let t0 = Instant::now();
+    let mut gpu_ms = 0.0;
+    let mut correct = 0;
+    for t in &tasks {
+        let evals = e.evaluate_batch(t, &variants(t, 8, 81), Stage::Timing);
+        correct += evals
+            .iter()
+            .filter(|v| v.verdict().as_str() == "correct")
+            .count();
+        // Every member of a job reports the job's GPU time: count each job once.
+        let mut jobs = std::collections::BTreeMap::new();
+        for v in &evals {
+            if let Some(x) = &v.stages.execute {
+                jobs.insert(
+                    ((x.job_gpu_millis * 1e6) as u64, x.job_members),
+                    x.job_gpu_millis,
+                );
+            }
+        }
+        gpu_ms += jobs.values().sum::<f64>();
+    }
+    let wall = t0.elapsed().as_secs_f64() * 1e3;
+    rows.push((
+        format!("64 candidates, 8 tasks x 8 ({correct} correct): wall (s)"),
+        format!("{:.2}", wall / 1e3),
+    ));
+    rows.push((
+        "64 candidates: wall / GPU time of the protocol's launches".into(),
+        format!("{:.2}", wall / gpu_ms),
+    ));
+
+    // Compiles: 16 distinct cold sources in parallel against one.
+    let t0 = Instant::now();
+    let _ = e.evaluate(&task, &fresh(&source, 90_000), Stage::Compile);
+    let one = t0.elapsed().as_secs_f64();
+    let cold: Vec<Submission> = (0..16).map(|k| fresh(&source, 90_100 + k)).collect();
+    let t0 = Instant::now();
+    let _ = e.evaluate_batch(&task, &cold, Stage::Compile);
+    let sixteen = t0.elapsed().as_secs_f64();
+    rows.push((
+        format!(
+            "16 cold compiles / 1 ({} cores, {:.0} ms / {:.0} ms)",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            sixteen * 1e3,
+            one * 1e3
+        ),
+        format!("{:.2}", sixteen / one),
+    ));
 
     println!("gpu_bench: task {} on {device}", task.id);
     println!("| {:<52} | {:>10} |", "measure", "value");

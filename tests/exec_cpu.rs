@@ -72,6 +72,8 @@ fn exec_result_with_nan_round_trips_through_json() {
         device: None,
         millis: 1.0,
         gpu_millis: 0.5,
+        job_gpu_millis: 3.0,
+        job_members: 4,
     };
     let text = serde_json::to_string(&r).expect("serialise");
     let back: ExecResult = serde_json::from_str(&text).expect("parse back");
@@ -129,7 +131,7 @@ fn job_building_evaluates_everything() {
         task: &task,
         configs: &configs,
         reference: (&reference, &module),
-        candidate: (&reference, &module),
+        candidates: &[(&reference, &module), (&reference, &module)],
         limits: &Default::default(),
         seed: 42,
         timing: None,
@@ -137,6 +139,7 @@ fn job_building_evaluates_everything() {
         bandwidth_gbps: 0.0,
         peak_tflops: 0.0,
         deadline_ms: 60_000,
+        run_limit_ms: 30_000,
     })
     .expect("job");
     assert_eq!(job.flops, 0.0, "vector_add declares no flops");
@@ -146,7 +149,13 @@ fn job_building_evaluates_everything() {
     assert_eq!(last.lens, vec![n as u64; 3]);
     assert_eq!(last.scalars[3], n as f64);
     assert!(last.fills[0].is_some() && last.fills[2].is_none());
-    assert_eq!(last.candidate.launches[0].grid[0] as i64, (n + 255) / 256);
+    // A group of two: one module and one plan per member, in order.
+    assert_eq!(job.candidates.len(), 2);
+    assert_eq!(last.candidates.len(), 2);
+    assert_eq!(
+        last.candidates[1].launches[0].grid[0] as i64,
+        (n + 255) / 256
+    );
     assert_eq!(job.timing_config, job.configs.len() - 1);
     assert_eq!(job.abi_bytes(job.timing_config), 3 * 4 * n as u64);
     // The worker protocol carries the job as JSON.

@@ -162,10 +162,89 @@ struct TimingCase {
     min_candidate_us: Option<f64>,
 }
 
+fn timing_manifest() -> (PathBuf, TimingManifest) {
+    let d = root().join("fixtures/hacks/timing");
+    let m: TimingManifest =
+        toml::from_str(&std::fs::read_to_string(d.join("manifest.toml")).expect("manifest"))
+            .expect("manifest toml");
+    (d, m)
+}
+
+/// Checks one attack's evaluation against its manifest entry; prints a table row.
+fn judge(c: &TimingCase, ev: &cudaperf::reward::Evaluation, failures: &mut Vec<String>) {
+    let v = ev.verdict();
+    let timing = ev.stages.timing.as_ref();
+    let detail = ev
+        .stages
+        .correctness
+        .as_ref()
+        .map(|c| {
+            c.configs
+                .iter()
+                .flat_map(|k| k.reasons.clone())
+                .take(2)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            ev.stages
+                .execute
+                .as_ref()
+                .map(|x| serde_json::to_string(&x.status).unwrap_or_default())
+        })
+        .unwrap_or_default();
+    println!(
+        "{:<36} {:>5} {:<12} {:<22} {:>10.1} {:>10.1} {:>8.2} {}",
+        c.file,
+        c.class,
+        v.as_str(),
+        c.expect.join("|"),
+        timing.map_or(f64::NAN, |t| t.reference_us),
+        timing.map_or(f64::NAN, |t| t.candidate_us),
+        timing.map_or(f64::NAN, |t| t.speedup),
+        detail
+    );
+    if !c.expect.iter().any(|x| x == v.as_str()) {
+        failures.push(format!(
+            "{}: expected {:?}, got {v} ({detail})",
+            c.file, c.expect
+        ));
+        return;
+    }
+    if v == Verdict::Correct {
+        let Some(t) = timing else {
+            failures.push(format!("{}: correct but not timed", c.file));
+            return;
+        };
+        assert_eq!(t.protocol, cudaperf::exec::PROTOCOL_VERSION);
+        if let Some(max) = c.max_speedup {
+            if t.speedup > max {
+                failures.push(format!("{}: speedup {} above {max}", c.file, t.speedup));
+            }
+        }
+        if let Some(min) = c.min_candidate_us {
+            if t.candidate_us < min {
+                failures.push(format!(
+                    "{}: candidate time {} us below {min} us: work it needed was not timed",
+                    c.file, t.candidate_us
+                ));
+            }
+        }
+    }
+}
+
+fn attack_header() {
+    println!(
+        "{:<36} {:>5} {:<12} {:<22} {:>10} {:>10} {:>8} detail",
+        "attack", "class", "verdict", "expected", "ref_us", "cand_us", "speedup"
+    );
+}
+
 /// Issue 9: attacks on the timing phase, one kernel per attack class on a compute-bound
 /// task (matmul) and memory-bound ones (softmax_rows, spmv_csr), each stopped by protocol
 /// v2: judged incorrect or faulting, or correct with no gain beyond its honest work and
-/// with the work it wanted for free inside its timed window.
+/// with the work it wanted for free inside its timed window. Each attack is its own job.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn timing_attacks_are_stopped() {
@@ -177,77 +256,82 @@ fn timing_attacks_are_stopped() {
     if !gpu_or_skip(&e) {
         return;
     }
-    let d = root().join("fixtures/hacks/timing");
-    let m: TimingManifest =
-        toml::from_str(&std::fs::read_to_string(d.join("manifest.toml")).expect("manifest"))
-            .expect("manifest toml");
+    let (d, m) = timing_manifest();
     let mut failures = Vec::new();
-    println!(
-        "{:<36} {:>5} {:<12} {:<22} {:>10} {:>10} {:>8} detail",
-        "attack", "class", "verdict", "expected", "ref_us", "cand_us", "speedup"
-    );
+    attack_header();
     for c in &m.case {
-        let t = task(&c.task);
         let src = std::fs::read_to_string(d.join(&c.file)).expect("case file");
-        let ev = e.evaluate(&t, &Submission::from_source(src), Stage::Timing);
-        let v = ev.verdict();
-        let timing = ev.stages.timing.as_ref();
-        let detail = ev
-            .stages
-            .correctness
-            .as_ref()
+        let ev = e.evaluate(&task(&c.task), &Submission::from_source(src), Stage::Timing);
+        judge(c, &ev, &mut failures);
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Issue 13: the same attacks scored as GRPO groups (one group job per task, the attacks
+/// beside the task's honest implementations, sharing the reference's runs): every attack
+/// still gets its verdict, no member reads another's or the reference's outputs, and the
+/// honest members stay correct.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn timing_attacks_are_stopped_in_group_jobs() {
+    let e = evaluator_with(ExecOptions {
+        timeout: Duration::from_secs(120),
+        workers_per_gpu: 1,
+        ..Default::default()
+    });
+    if !gpu_or_skip(&e) {
+        return;
+    }
+    let (d, m) = timing_manifest();
+    let mut failures = Vec::new();
+    attack_header();
+    let mut ids: Vec<&str> = m.case.iter().map(|c| c.task.as_str()).collect();
+    ids.dedup();
+    for id in ids {
+        let t = task(id);
+        let cases: Vec<&TimingCase> = m.case.iter().filter(|c| c.task == id).collect();
+        let mut subs: Vec<Submission> = cases
+            .iter()
             .map(|c| {
-                c.configs
-                    .iter()
-                    .flat_map(|k| k.reasons.clone())
-                    .take(2)
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                Submission::from_source(std::fs::read_to_string(d.join(&c.file)).expect("case"))
             })
-            .filter(|s| !s.is_empty())
-            .or_else(|| {
-                ev.stages
-                    .execute
-                    .as_ref()
-                    .map(|x| serde_json::to_string(&x.status).unwrap_or_default())
-            })
-            .unwrap_or_default();
-        println!(
-            "{:<36} {:>5} {:<12} {:<22} {:>10.1} {:>10.1} {:>8.2} {}",
-            c.file,
-            c.class,
-            v.as_str(),
-            c.expect.join("|"),
-            timing.map_or(f64::NAN, |t| t.reference_us),
-            timing.map_or(f64::NAN, |t| t.candidate_us),
-            timing.map_or(f64::NAN, |t| t.speedup),
-            detail
+            .collect();
+        let honest: Vec<_> = t.all_implementations().collect();
+        subs.extend(
+            honest
+                .iter()
+                .map(|i| Submission::from_source(i.source.clone())),
         );
-        if !c.expect.iter().any(|x| x == v.as_str()) {
-            failures.push(format!(
-                "{}: expected {:?}, got {v} ({detail})",
-                c.file, c.expect
-            ));
-            continue;
+        let evals = e.evaluate_batch(&t, &subs, Stage::Timing);
+        assert_eq!(evals.len(), subs.len(), "one result per member");
+        for (c, ev) in cases.iter().zip(&evals) {
+            judge(c, ev, &mut failures);
+            let members = ev.stages.execute.as_ref().map_or(0, |x| x.job_members);
+            assert!(members > 1, "{}: scored alone, not in a group job", c.file);
         }
-        if v == Verdict::Correct {
-            let Some(t) = timing else {
-                failures.push(format!("{}: correct but not timed", c.file));
-                continue;
-            };
-            assert_eq!(t.protocol, cudaperf::exec::PROTOCOL_VERSION);
-            if let Some(max) = c.max_speedup {
-                if t.speedup > max {
-                    failures.push(format!("{}: speedup {} above {max}", c.file, t.speedup));
-                }
-            }
-            if let Some(min) = c.min_candidate_us {
-                if t.candidate_us < min {
-                    failures.push(format!(
-                        "{}: candidate time {} us below {min} us: work it needed was not timed",
-                        c.file, t.candidate_us
-                    ));
-                }
+        for (imp, ev) in honest.iter().zip(&evals[cases.len()..]) {
+            let v = ev.verdict();
+            println!(
+                "{:<36} {:>5} {:<12} {:<22} {:>10.1} {:>10.1} {:>8.2}",
+                imp.name,
+                "-",
+                v.as_str(),
+                "correct",
+                ev.stages
+                    .timing
+                    .as_ref()
+                    .map_or(f64::NAN, |t| t.reference_us),
+                ev.stages
+                    .timing
+                    .as_ref()
+                    .map_or(f64::NAN, |t| t.candidate_us),
+                ev.stages.timing.as_ref().map_or(f64::NAN, |t| t.speedup)
+            );
+            if v != Verdict::Correct {
+                failures.push(format!(
+                    "{id}/{}: honest implementation judged {v}",
+                    imp.name
+                ));
             }
         }
     }

@@ -215,6 +215,8 @@ fn execute(status: ExecStatus) -> ExecuteStage {
         device: None,
         millis: 1.0,
         gpu_millis: 0.5,
+        job_gpu_millis: 0.5,
+        job_members: 1,
     }
 }
 

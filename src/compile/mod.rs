@@ -64,7 +64,7 @@ pub struct CompileOptions {
     pub isolation: Isolation,
     /// Worker executable (default: found by [`find_worker`]).
     pub worker: Option<PathBuf>,
-    /// Compile workers (default: available parallelism, at most 8).
+    /// Compile workers (default: one per core).
     pub workers: usize,
     /// Address-space limit per compile worker (default 8 GiB).
     pub memory_limit_bytes: Option<u64>,
@@ -81,7 +81,7 @@ impl Default for CompileOptions {
             isolation: Isolation::Auto,
             worker: None,
             workers: std::thread::available_parallelism()
-                .map(|n| n.get().min(8))
+                .map(|n| n.get())
                 .unwrap_or(2),
             memory_limit_bytes: Some(8 << 30),
         }

@@ -53,7 +53,7 @@ impl Default for ExecOptions {
 
 /// Runs GPU jobs in sandboxed workers.
 pub struct Executor {
-    pool: Pool<ExecJob, ExecResult>,
+    pool: Pool<ExecJob, Vec<ExecResult>>,
     options: ExecOptions,
     gpus: Vec<String>,
 }
@@ -112,6 +112,11 @@ impl Executor {
         &self.gpus
     }
 
+    /// GPU worker slots (one or more per visible GPU).
+    pub fn workers(&self) -> usize {
+        self.pool.len()
+    }
+
     /// Workers replaced so far (timeouts, crashes, sticky errors).
     pub fn restarts(&self) -> u64 {
         self.pool.stats().restarts
@@ -122,57 +127,63 @@ impl Executor {
         self.options.seed.unwrap_or_else(fresh_secret)
     }
 
-    /// Runs one job; always returns a result.
-    pub fn run(&self, job: ExecJob) -> ExecResult {
-        self.run_all(vec![job]).pop().unwrap_or_else(|| {
-            ExecResult::status_only(ExecStatus::Crashed {
-                reason: "no result (internal error)".into(),
-            })
-        })
+    /// Runs one job (one candidate or a group); one result per member, always.
+    pub fn run(&self, job: ExecJob) -> Vec<ExecResult> {
+        self.run_all(vec![job]).pop().unwrap_or_default()
     }
 
-    /// Runs jobs on all workers at once; results in input order, one per job.
-    pub fn run_all(&self, jobs: Vec<ExecJob>) -> Vec<ExecResult> {
+    /// Runs jobs on all workers at once; per job, one result per member, in order.
+    pub fn run_all(&self, jobs: Vec<ExecJob>) -> Vec<Vec<ExecResult>> {
         let start = Instant::now();
+        let members: Vec<usize> = jobs.iter().map(|j| j.candidates.len()).collect();
         // Candidates never run inside the GPU worker (it starts runner processes for them),
-        // so a worker that dies or stops answering is our failure, never the candidate's.
+        // so a worker that dies or stops answering is our failure, never a candidate's.
         let grace = Duration::from_secs(15);
+        let limit = jobs
+            .iter()
+            .map(|j| Duration::from_millis(j.deadline_ms))
+            .max()
+            .unwrap_or(self.options.timeout)
+            .max(self.options.timeout);
         self.pool
-            .run_all(&jobs, self.options.timeout + grace)
+            .run_all(&jobs, limit + grace)
             .into_iter()
-            .map(|o| {
-                let mut r = match o {
-                    JobOutcome::Done(r) => r,
+            .zip(members)
+            .map(|(o, n)| {
+                let ours = |reason: String| {
+                    vec![ExecResult::status_only(ExecStatus::Unavailable { reason }); n]
+                };
+                let mut rs = match o {
+                    JobOutcome::Done(rs) if rs.len() == n => rs,
+                    JobOutcome::Done(rs) => ours(format!(
+                        "the GPU worker answered {} results for {n} candidates",
+                        rs.len()
+                    )),
                     JobOutcome::Refused { reason } | JobOutcome::Unavailable { reason } => {
-                        ExecResult::status_only(ExecStatus::Unavailable { reason })
+                        ours(reason)
                     }
-                    JobOutcome::Timeout { limit } => {
-                        ExecResult::status_only(ExecStatus::Unavailable {
-                            reason: format!(
-                                "the GPU worker did not answer within {} ms (its own limit for the candidate is {} ms)",
-                                limit.as_millis(),
-                                self.options.timeout.as_millis()
-                            ),
-                        })
-                    }
+                    JobOutcome::Timeout { limit } => ours(format!(
+                        "the GPU worker did not answer within {} ms",
+                        limit.as_millis()
+                    )),
                     JobOutcome::Crashed {
                         reason,
                         stderr_tail,
                     } => {
                         let tail = crate::sandbox::last_lines(&stderr_tail, 5, " | ");
-                        ExecResult::status_only(ExecStatus::Unavailable {
-                            reason: if tail.is_empty() {
-                                format!("the GPU worker died: {reason}")
-                            } else {
-                                format!("the GPU worker died: {reason}; stderr: {tail}")
-                            },
+                        ours(if tail.is_empty() {
+                            format!("the GPU worker died: {reason}")
+                        } else {
+                            format!("the GPU worker died: {reason}; stderr: {tail}")
                         })
                     }
                 };
-                if r.millis == 0.0 {
-                    r.millis = start.elapsed().as_secs_f64() * 1e3;
+                for r in &mut rs {
+                    if r.millis == 0.0 {
+                        r.millis = start.elapsed().as_secs_f64() * 1e3;
+                    }
                 }
-                r
+                rs
             })
             .collect()
     }

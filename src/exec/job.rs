@@ -60,8 +60,8 @@ pub struct JobConfig {
     pub fills: Vec<Option<Fill>>,
     /// The reference's plan.
     pub reference: ResolvedPlan,
-    /// The candidate's plan.
-    pub candidate: ResolvedPlan,
+    /// Each candidate's plan, in member order.
+    pub candidates: Vec<ResolvedPlan>,
 }
 
 /// A compiled side (reference or candidate).
@@ -135,8 +135,9 @@ pub struct ExecJob {
     pub configs: Vec<JobConfig>,
     /// The reference.
     pub reference: JobModule,
-    /// The candidate.
-    pub candidate: JobModule,
+    /// The candidates: the members of a group (one for a single candidate). Each runs in a
+    /// runner process of its own; their results come back in this order.
+    pub candidates: Vec<JobModule>,
     /// Tolerance.
     pub tolerance: Tolerance,
     /// The job's secret: every input seed and the timing schedule derive from it. The
@@ -154,9 +155,12 @@ pub struct ExecJob {
     pub flops: f64,
     /// Peak arithmetic rate for the compute floor, TFLOP/s (0: the device table).
     pub peak_tflops: f64,
-    /// Wall-clock budget of the whole job inside the worker, ms (0: none). A candidate
-    /// whose runs exhaust it is a `timeout`.
+    /// Wall-clock budget of the whole job inside the worker, ms (0: none).
     pub deadline_ms: u64,
+    /// Longest a single runner call of a member may take, ms (0: the job's budget); a
+    /// member past it is a `timeout` and the others go on.
+    #[serde(default)]
+    pub run_limit_ms: u64,
 }
 
 fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Result<Fill, String> {
@@ -182,12 +186,17 @@ fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Re
     })
 }
 
-/// Why a job could not be built: the candidate's plan fails for some config.
+/// Why a job could not be built: a candidate's plan fails for some config.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BuildError {
-    /// The candidate's plan is invalid for a config.
-    #[error("{0}")]
-    Candidate(String),
+    /// A member's plan is invalid for a config.
+    #[error("candidate {member}: {reason}")]
+    Candidate {
+        /// The member (index into `JobParts::candidates`).
+        member: usize,
+        /// Why.
+        reason: String,
+    },
     /// The task or its reference is broken.
     #[error("{0}")]
     Reference(String),
@@ -216,8 +225,8 @@ pub struct JobParts<'a> {
     pub configs: &'a [usize],
     /// The reference after its ABI check.
     pub reference: (&'a Candidate, &'a CompiledModule),
-    /// The candidate after its ABI check.
-    pub candidate: (&'a Candidate, &'a CompiledModule),
+    /// The candidates after their ABI checks: the members of a group, or one.
+    pub candidates: &'a [(&'a Candidate, &'a CompiledModule)],
     /// Plan limits.
     pub limits: &'a PlanLimits,
     /// Input seed.
@@ -232,6 +241,8 @@ pub struct JobParts<'a> {
     pub peak_tflops: f64,
     /// Wall-clock budget of the job inside the worker, ms (0: none).
     pub deadline_ms: u64,
+    /// Longest single run of a member, ms (0: the job's budget).
+    pub run_limit_ms: u64,
 }
 
 impl ExecJob {
@@ -325,18 +336,25 @@ impl ExecJob {
                 .0
                 .resolve(task, cfg, p.limits)
                 .map_err(|e| BuildError::Reference(format!("reference plan: {e}")))?;
-            let candidate = p
-                .candidate
-                .0
-                .resolve(task, cfg, p.limits)
-                .map_err(|e| BuildError::Candidate(e.to_string()))?;
+            let candidates = p
+                .candidates
+                .iter()
+                .enumerate()
+                .map(|(member, (c, _))| {
+                    c.resolve(task, cfg, p.limits)
+                        .map_err(|e| BuildError::Candidate {
+                            member,
+                            reason: e.to_string(),
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             configs.push(JobConfig {
                 name: cfg.name.clone(),
                 lens,
                 scalars,
                 fills,
                 reference,
-                candidate,
+                candidates,
             });
         }
         let flops = match (&task.flops, p.configs.get(timing_config)) {
@@ -352,7 +370,11 @@ impl ExecJob {
             params,
             configs,
             reference: JobModule::new(p.reference.0, p.reference.1),
-            candidate: JobModule::new(p.candidate.0, p.candidate.1),
+            candidates: p
+                .candidates
+                .iter()
+                .map(|(c, m)| JobModule::new(c, m))
+                .collect(),
             tolerance: task.tolerance,
             seed: p.seed,
             timing: p.timing,
@@ -362,6 +384,7 @@ impl ExecJob {
             flops,
             peak_tflops: p.peak_tflops,
             deadline_ms: p.deadline_ms,
+            run_limit_ms: p.run_limit_ms,
         })
     }
 

@@ -8,6 +8,7 @@
 //! the other's memory or the harness's (timing protocol v2, [`PROTOCOL_VERSION`]). Without a
 //! driver or GPU, [`Executor::new`] says why and the stages report `Unavailable`.
 
+mod checks;
 mod device;
 mod driver;
 mod executor;
@@ -16,6 +17,7 @@ mod job;
 mod report;
 mod runner;
 mod support;
+mod timed;
 pub mod timing;
 mod values;
 

@@ -290,9 +290,16 @@ pub struct ExecResult {
     /// Wall time inside the worker, milliseconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub millis: f64,
-    /// GPU time of the runs of both sides (between their events), milliseconds.
+    /// GPU time of this candidate's own runs (between their events), milliseconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub gpu_millis: f64,
+    /// GPU time of every launch of the job this candidate was part of (every side's runs
+    /// and the harness's input generation, poisoning and checks), milliseconds.
+    #[serde(default)]
+    pub job_gpu_millis: f64,
+    /// Candidates in that job (a GRPO group is scored as one job).
+    #[serde(default)]
+    pub job_members: u32,
 }
 
 impl ExecResult {
@@ -305,6 +312,8 @@ impl ExecResult {
             device: None,
             millis: 0.0,
             gpu_millis: 0.0,
+            job_gpu_millis: 0.0,
+            job_members: 0,
         }
     }
 }
@@ -320,7 +329,14 @@ pub struct ExecuteStage {
     /// Wall time of the stage (parent side, including the worker round trip), ms.
     #[serde(deserialize_with = "nan_if_null")]
     pub millis: f64,
-    /// GPU time of the protocol's launches, ms.
+    /// GPU time of this candidate's own runs, ms.
     #[serde(deserialize_with = "nan_if_null")]
     pub gpu_millis: f64,
+    /// GPU time of every launch of the job it was scored in (see
+    /// [`ExecResult::job_gpu_millis`]), ms.
+    #[serde(default)]
+    pub job_gpu_millis: f64,
+    /// Candidates scored in that job.
+    #[serde(default)]
+    pub job_members: u32,
 }

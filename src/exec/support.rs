@@ -81,11 +81,6 @@ impl StatsSlots {
         })
     }
 
-    /// Number of slots.
-    pub fn len(&self) -> usize {
-        self.slots
-    }
-
     /// Resets every slot (synchronous; call with the stream idle).
     pub fn reset(&self) -> Result<(), CudaError> {
         let mut init = vec![0u8; self.slots * STATS_BYTES];

@@ -148,6 +148,9 @@ type Reference = Arc<Result<(Candidate, CompiledModule), String>>;
 /// Submissions remembered before the memo is cleared (about one GRPO step's worth).
 const MEMO_ENTRIES: usize = 2048;
 
+/// Most candidates in one GPU job (each member has a runner process of its own).
+pub const MAX_JOB_MEMBERS: usize = 16;
+
 fn error_kind(e: &CandidateError) -> &'static str {
     match e {
         CandidateError::NoCodeBlock => "no_code_block",
@@ -306,63 +309,230 @@ impl Evaluator {
 
     /// Runs the GPU job for an evaluated candidate (correctness, and timing when asked).
     fn run_gpu(&self, task: &Task, eval: &mut Evaluation, with_timing: bool) {
-        let (Some(cand), Some(module)) = (&eval.candidate, &eval.module) else {
-            return;
-        };
+        self.run_gpu_group(task, &mut [eval], with_timing);
+    }
+
+    /// Runs the GPU stages for a group of evaluated candidates of one task as few jobs:
+    /// the reference's runs are shared by the members of a job, identical sources run once,
+    /// and the jobs are spread over every GPU worker. Every member gets a result.
+    fn run_gpu_group(&self, task: &Task, evals: &mut [&mut Evaluation], with_timing: bool) {
         let start = std::time::Instant::now();
-        // The plan is checked against CUDA's limits before any GPU is needed, so an invalid
-        // launch is reported as such on a machine without one too.
         let configs = self.config_indices(task);
-        let plan_error = configs.iter().find_map(|&i| {
-            cand.resolve(task, &task.configs[i], &self.options.plan_limits)
-                .err()
-                .map(|e| e.to_string())
-        });
-        let result = match (plan_error, self.executor()) {
-            (Some(reason), _) => ExecResult::status_only(ExecStatus::InvalidLaunch { reason }),
-            (None, Err(reason)) => ExecResult::status_only(ExecStatus::Unavailable { reason }),
-            (None, Ok(executor)) => {
-                let reference = self.reference(task);
-                match reference.as_ref() {
-                    Err(reason) => ExecResult::status_only(ExecStatus::ReferenceFailed {
-                        reason: reason.clone(),
-                    }),
-                    Ok((rc, rm)) => {
-                        let built = ExecJob::build(JobParts {
-                            task,
-                            configs: &configs,
-                            reference: (rc, rm),
-                            candidate: (cand, module),
-                            limits: &self.options.plan_limits,
-                            seed: executor.seed(),
-                            timing: with_timing.then_some(self.options.exec.timing),
-                            max_device_bytes: self.options.exec.max_device_bytes,
-                            bandwidth_gbps: self.options.exec.bandwidth_gbps,
-                            peak_tflops: self.options.exec.peak_tflops,
-                            deadline_ms: self.options.exec.timeout.as_millis() as u64,
-                        });
-                        match built {
-                            Ok(job) => executor.run(job),
-                            Err(BuildError::Candidate(reason)) => {
-                                ExecResult::status_only(ExecStatus::InvalidLaunch { reason })
+        let mut results: Vec<Option<ExecResult>> = vec![None; evals.len()];
+        // Plans are checked against CUDA's limits before any GPU is needed, so an invalid
+        // launch is reported as such on a machine without one too.
+        let mut runnable = Vec::new();
+        for (k, e) in evals.iter().enumerate() {
+            let (Some(cand), Some(_)) = (&e.candidate, &e.module) else {
+                continue;
+            };
+            let plan_error = configs.iter().find_map(|&i| {
+                cand.resolve(task, &task.configs[i], &self.options.plan_limits)
+                    .err()
+                    .map(|e| e.to_string())
+            });
+            match plan_error {
+                Some(reason) => {
+                    results[k] = Some(ExecResult::status_only(ExecStatus::InvalidLaunch {
+                        reason,
+                    }))
+                }
+                None => runnable.push(k),
+            }
+        }
+        if !runnable.is_empty() {
+            match self.executor() {
+                Err(reason) => {
+                    for &k in &runnable {
+                        results[k] = Some(ExecResult::status_only(ExecStatus::Unavailable {
+                            reason: reason.clone(),
+                        }));
+                    }
+                }
+                Ok(executor) => {
+                    let reference = self.reference(task);
+                    match reference.as_ref() {
+                        Err(reason) => {
+                            for &k in &runnable {
+                                results[k] =
+                                    Some(ExecResult::status_only(ExecStatus::ReferenceFailed {
+                                        reason: reason.clone(),
+                                    }));
                             }
-                            Err(BuildError::Reference(reason)) => {
-                                ExecResult::status_only(ExecStatus::ReferenceFailed { reason })
+                        }
+                        Ok((rc, rm)) => {
+                            // Identical sources run once; their results are shared.
+                            let mut unique: Vec<usize> = Vec::new();
+                            let mut same_as: Vec<usize> = vec![usize::MAX; evals.len()];
+                            for &k in &runnable {
+                                let src = evals[k].candidate.as_ref().map(|c| &c.source);
+                                match unique.iter().find(|&&u| {
+                                    evals[u].candidate.as_ref().map(|c| &c.source) == src
+                                }) {
+                                    Some(&u) => same_as[k] = u,
+                                    None => {
+                                        same_as[k] = k;
+                                        unique.push(k);
+                                    }
+                                }
+                            }
+                            let members: Vec<(&Candidate, &CompiledModule)> = unique
+                                .iter()
+                                .filter_map(|&k| {
+                                    Some((evals[k].candidate.as_ref()?, evals[k].module.as_ref()?))
+                                })
+                                .collect();
+                            let run = self.run_members(
+                                executor,
+                                task,
+                                &configs,
+                                (rc, rm),
+                                &members,
+                                with_timing,
+                            );
+                            for (&u, r) in unique.iter().zip(run) {
+                                results[u] = Some(r);
+                            }
+                            for &k in &runnable {
+                                if same_as[k] != k {
+                                    results[k] = results[same_as[k]].clone();
+                                }
                             }
                         }
                     }
                 }
             }
+        }
+        let millis = start.elapsed().as_secs_f64() * 1e3;
+        for (e, r) in evals.iter_mut().zip(results) {
+            let Some(result) = r else { continue };
+            e.stages.execute = Some(ExecuteStage {
+                status: result.status,
+                device: result.device,
+                millis,
+                gpu_millis: result.gpu_millis,
+                job_gpu_millis: result.job_gpu_millis,
+                job_members: result.job_members,
+            });
+            e.stages.correctness = result.correctness;
+            e.stages.timing = result.timing;
+            e.timed = with_timing;
+        }
+    }
+
+    /// Splits the members into jobs (at most [`MAX_JOB_MEMBERS`] each, spread over the GPU
+    /// workers), runs them, retries once a job that failed for our reasons, and returns one
+    /// result per member.
+    fn run_members(
+        &self,
+        executor: &Executor,
+        task: &Task,
+        configs: &[usize],
+        reference: (&Candidate, &CompiledModule),
+        members: &[(&Candidate, &CompiledModule)],
+        with_timing: bool,
+    ) -> Vec<ExecResult> {
+        let workers = executor.workers().max(1);
+        let per_job = members.len().div_ceil(workers).clamp(1, MAX_JOB_MEMBERS);
+        let chunks: Vec<&[(&Candidate, &CompiledModule)]> = members.chunks(per_job).collect();
+        let timeout_ms = self.options.exec.timeout.as_millis() as u64;
+        let build = |chunk: &[(&Candidate, &CompiledModule)]| {
+            ExecJob::build(JobParts {
+                task,
+                configs,
+                reference,
+                candidates: chunk,
+                limits: &self.options.plan_limits,
+                seed: executor.seed(),
+                timing: with_timing.then_some(self.options.exec.timing),
+                max_device_bytes: self.options.exec.max_device_bytes,
+                bandwidth_gbps: self.options.exec.bandwidth_gbps,
+                peak_tflops: self.options.exec.peak_tflops,
+                deadline_ms: timeout_ms * chunk.len() as u64,
+                run_limit_ms: timeout_ms,
+            })
         };
-        eval.stages.execute = Some(ExecuteStage {
-            status: result.status,
-            device: result.device,
-            millis: start.elapsed().as_secs_f64() * 1e3,
-            gpu_millis: result.gpu_millis,
-        });
-        eval.stages.correctness = result.correctness;
-        eval.stages.timing = result.timing;
-        eval.timed = with_timing;
+        let mut out: Vec<Vec<ExecResult>> = Vec::new();
+        let mut jobs = Vec::new();
+        let mut slots = Vec::new(); // which chunk each job is
+        for (ci, chunk) in chunks.iter().enumerate() {
+            match build(chunk) {
+                Ok(job) => {
+                    jobs.push(job);
+                    slots.push(ci);
+                    out.push(Vec::new());
+                }
+                Err(BuildError::Candidate { .. }) | Err(BuildError::Reference(_)) => {
+                    out.push(
+                        chunk
+                            .iter()
+                            .map(
+                                |(c, _)| match self.build_one_error(task, configs, reference, c) {
+                                    Some(status) => ExecResult::status_only(status),
+                                    None => ExecResult::status_only(ExecStatus::Unavailable {
+                                        reason: "the GPU job could not be built".into(),
+                                    }),
+                                },
+                            )
+                            .collect(),
+                    );
+                }
+            }
+        }
+        let first = executor.run_all(jobs.clone());
+        let mut retry = Vec::new();
+        for ((job, rs), ci) in jobs.into_iter().zip(first).zip(slots) {
+            let ours = rs
+                .iter()
+                .all(|r| matches!(r.status, ExecStatus::Unavailable { .. }));
+            if ours {
+                retry.push((job, ci));
+            }
+            out[ci] = rs;
+        }
+        if !retry.is_empty() {
+            // One GPU's failure must not lose the group: once more, on whichever worker is
+            // free (a broken worker was replaced by the pool).
+            let (jobs, cis): (Vec<ExecJob>, Vec<usize>) = retry.into_iter().unzip();
+            for (rs, ci) in executor.run_all(jobs).into_iter().zip(cis) {
+                if !rs
+                    .iter()
+                    .all(|r| matches!(r.status, ExecStatus::Unavailable { .. }))
+                {
+                    out[ci] = rs;
+                }
+            }
+        }
+        out.into_iter().flatten().collect()
+    }
+
+    /// Why a single candidate's job cannot be built (its plan, or the task's reference).
+    fn build_one_error(
+        &self,
+        task: &Task,
+        configs: &[usize],
+        reference: (&Candidate, &CompiledModule),
+        cand: &Candidate,
+    ) -> Option<ExecStatus> {
+        let module = reference.1;
+        match ExecJob::build(JobParts {
+            task,
+            configs,
+            reference,
+            candidates: &[(cand, module)],
+            limits: &self.options.plan_limits,
+            seed: 0,
+            timing: None,
+            max_device_bytes: 0,
+            bandwidth_gbps: 0.0,
+            peak_tflops: 0.0,
+            deadline_ms: 0,
+            run_limit_ms: 0,
+        }) {
+            Ok(_) => None,
+            Err(BuildError::Candidate { reason, .. }) => Some(ExecStatus::InvalidLaunch { reason }),
+            Err(BuildError::Reference(reason)) => Some(ExecStatus::ReferenceFailed { reason }),
+        }
     }
 
     /// The options.
@@ -402,8 +572,87 @@ impl Evaluator {
         eval.clone()
     }
 
-    /// Evaluates many submissions, in parallel where the stages allow.
+    /// Evaluates a GRPO group: the CPU stages in parallel (identical sources compiled
+    /// once), then the GPU stages of every member as few jobs (see
+    /// [`MAX_JOB_MEMBERS`]), sharing the reference's runs and spread over every GPU.
     pub fn evaluate_batch(&self, task: &Task, subs: &[Submission], upto: Stage) -> Vec<Evaluation> {
+        // Compile each distinct source once before the rest hit the cache.
+        let mut seen = std::collections::HashSet::new();
+        let firsts: Vec<Submission> = subs
+            .iter()
+            .filter(|s| seen.insert(s.code().unwrap_or(s.text())))
+            .cloned()
+            .collect();
+        let cpu = upto.min(Stage::Ranker);
+        if firsts.len() < subs.len() {
+            self.evaluate_parallel(task, &firsts, cpu);
+        }
+        let evals = self.evaluate_parallel(task, subs, cpu);
+        if upto <= Stage::Ranker {
+            return evals;
+        }
+        // The GPU stages of the whole group at once. Entries are locked in address order,
+        // so concurrent batches cannot deadlock.
+        let per_sub: Vec<Arc<Mutex<Evaluation>>> =
+            subs.iter().map(|s| self.memo_entry(task, s)).collect();
+        let mut entries = per_sub.clone();
+        entries.sort_by_key(|e| Arc::as_ptr(e) as usize);
+        entries.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        let mut guards: Vec<_> = entries
+            .iter()
+            .map(|e| e.lock().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        let with_timing = upto >= Stage::Timing;
+        {
+            let mut fresh: Vec<&mut Evaluation> = guards
+                .iter_mut()
+                .filter(|g| g.reached == Some(Stage::Ranker))
+                .map(|g| &mut **g)
+                .collect();
+            if !fresh.is_empty() {
+                self.run_gpu_group(task, &mut fresh, with_timing);
+                for e in fresh {
+                    e.reached = Some(if with_timing {
+                        Stage::Timing
+                    } else {
+                        Stage::Correctness
+                    });
+                }
+            }
+        }
+        if with_timing {
+            let mut untimed: Vec<&mut Evaluation> = guards
+                .iter_mut()
+                .filter(|g| {
+                    g.reached == Some(Stage::Correctness)
+                        && !g.timed
+                        && g.stages.correctness.as_ref().is_some_and(|c| c.passed)
+                })
+                .map(|g| &mut **g)
+                .collect();
+            if !untimed.is_empty() {
+                self.run_gpu_group(task, &mut untimed, true);
+            }
+            for g in guards.iter_mut() {
+                if g.reached == Some(Stage::Correctness) {
+                    g.reached = Some(Stage::Timing);
+                }
+            }
+        }
+        drop(guards);
+        drop(evals);
+        subs.iter()
+            .zip(&per_sub)
+            .map(|(s, entry)| {
+                let mut e = entry.lock().unwrap_or_else(|p| p.into_inner());
+                self.advance(task, s, &mut e, upto);
+                e.clone()
+            })
+            .collect()
+    }
+
+    /// Evaluates submissions up to `upto` on the compile workers' threads.
+    fn evaluate_parallel(&self, task: &Task, subs: &[Submission], upto: Stage) -> Vec<Evaluation> {
         let threads = self.options.compile.workers.max(1).min(subs.len().max(1));
         let next = Mutex::new(0usize);
         let out: Mutex<Vec<Option<Evaluation>>> = Mutex::new(vec![None; subs.len()]);

@@ -1,0 +1,296 @@
+//! The timing phase for every member of a job that passed every configuration.
+//!
+//! Per run: fresh inputs (derived from the job's secret) into the reference and every
+//! member, outputs poisoned; the reference and the members in an order drawn per run, each
+//! in its own runner (L2 flush, start event, scratch zeroing, the plan, end event); every
+//! member's outputs compared with that run's reference outputs and its inputs verified.
+//! The reference is timed once per run for the whole group, so its runs are shared. Warm-up
+//! count, minimum count and batch boundaries come from the secret; the loop stops once
+//! every member's speedup interval is within the target, or at the limits.
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use super::harness::{ours, ConfigMemory, Harness, JobState, Run, SidePlan, SideRun, Who};
+use super::job::{JobConfig, TimingOptions};
+use super::report::{KernelOccupancy, TimingStage, PROTOCOL_VERSION};
+use super::timing::{self, derive_seed, domain, Schedule};
+
+impl Harness {
+    /// The reference's relative spread when it runs alone (cached per build and config).
+    fn calibrate(
+        &mut self,
+        st: &mut JobState,
+        c: &JobConfig,
+        mem: &ConfigMemory,
+        opts: &TimingOptions,
+        key: (u64, String),
+    ) -> Run<f64> {
+        if let Some(v) = self.calibration.get(&key) {
+            return Ok(*v);
+        }
+        let plan = SidePlan::new(st.job, c, &c.reference);
+        let mut times = Vec::new();
+        for i in 0..opts.calibration_runs.max(3) {
+            let seed = derive_seed(st.job.seed, domain::CALIBRATION, u64::from(i));
+            self.prepare(st, c, mem, &[Who::Reference], seed)?;
+            if let SideRun::Ok(ms) = self.run(st, Who::Reference, &plan, opts.flush_l2)? {
+                if i > 0 {
+                    times.push(ms * 1e3);
+                }
+            }
+        }
+        let spread = timing::rel_mad(&times);
+        self.calibration.insert(key, spread);
+        Ok(spread)
+    }
+
+    /// Times the members that passed every configuration so far.
+    pub(crate) fn time_config(
+        &mut self,
+        st: &mut JobState,
+        c: &JobConfig,
+        mem: &ConfigMemory,
+        opts: &TimingOptions,
+        ref_key: u64,
+    ) -> Run<()> {
+        let job = st.job;
+        let mut timed: Vec<usize> = st
+            .active()
+            .into_iter()
+            .filter(|&i| st.members[i].passed_so_far())
+            .collect();
+        if timed.is_empty() {
+            return Ok(());
+        }
+        let calibration = self.calibrate(st, c, mem, opts, (ref_key, c.name.clone()))?;
+        let mut sched = Schedule::new(job.seed, opts);
+        let mut order_rng =
+            rand::rngs::SmallRng::seed_from_u64(derive_seed(job.seed, domain::SCHEDULE, 1));
+        let rplan = SidePlan::new(job, c, &c.reference);
+        let plans: Vec<SidePlan> = c
+            .candidates
+            .iter()
+            .map(|p| SidePlan::new(job, c, p))
+            .collect();
+        let n = job.candidates.len();
+        let max_batch = 12usize;
+        let slots = self.slots(2 * max_batch * n)?;
+        let reference = mem.reference.slices();
+        let (mut ref_us, mut cand_us) = (Vec::new(), vec![Vec::new(); n]);
+        // A member's time is paired with the reference's of the same run.
+        let mut paired_ref: Vec<Vec<f64>> = vec![Vec::new(); n];
+        let budget = opts.budget_ms * (timed.len() as f64 + 1.0) / 2.0;
+        let mut spent_ms = 0.0;
+        let mut run = 0u32;
+        let boot_seed = derive_seed(job.seed, domain::BOOTSTRAP, 0);
+        let mut settled = vec![false; n];
+        loop {
+            let batch = (sched.next_batch() as usize).min(max_batch);
+            ours(slots.reset())?;
+            let mut in_batch: Vec<(usize, usize, Option<f64>)> = Vec::new(); // (b, member, ms)
+            for b in 0..batch {
+                run += 1;
+                let seed = derive_seed(job.seed, domain::TIMED, u64::from(run));
+                let mut sides = vec![Who::Reference];
+                sides.extend(timed.iter().map(|&i| Who::Member(i)));
+                self.prepare(st, c, mem, &sides, seed)?;
+                sides.shuffle(&mut order_rng);
+                let mut r_ms = None;
+                let mut times = Vec::new();
+                for who in sides {
+                    let plan = match who {
+                        Who::Reference => &rplan,
+                        Who::Member(i) => &plans[i],
+                    };
+                    match (who, self.run(st, who, plan, opts.flush_l2)?) {
+                        (Who::Reference, SideRun::Ok(ms)) => r_ms = Some(ms),
+                        (Who::Member(i), SideRun::Ok(ms)) => times.push((i, ms)),
+                        _ => {}
+                    }
+                }
+                // Every run is checked: outputs against this run's reference outputs, and
+                // the inputs it was given.
+                self.clock_start()?;
+                for &(i, _) in &times {
+                    let Some(side) = mem.side(Who::Member(i)) else {
+                        continue;
+                    };
+                    let own = side.slices();
+                    let slot = 2 * (b * n + i);
+                    self.enqueue_compare(st, c, (&own, &reference), slots.slot(slot))?;
+                    self.enqueue_verify(st, c, &own, seed, slots.slot(slot + 1))?;
+                }
+                self.clock_stop_sync(st, "timed checks")?;
+                for (i, ms) in times {
+                    in_batch.push((b, i, Some(ms)));
+                }
+                if run > sched.warmup {
+                    if let Some(r) = r_ms {
+                        ref_us.push(r * 1e3);
+                        spent_ms += r;
+                    }
+                }
+            }
+            let stats = ours(slots.read())?;
+            for &(b, i, ms) in &in_batch {
+                let (out, inp) = (stats[2 * (b * n + i)], stats[2 * (b * n + i) + 1]);
+                let nth = run as usize - batch + b + 1;
+                let failure = if !out.clean() {
+                    Some(format!(
+                        "run {nth} of the timing phase (fresh inputs) gave a wrong result: {} elements differ from the reference, {} never written",
+                        out.mismatches, out.unwritten
+                    ))
+                } else if inp.mismatches > 0 {
+                    Some(format!(
+                        "run {nth} of the timing phase left {} input elements modified",
+                        inp.mismatches
+                    ))
+                } else {
+                    None
+                };
+                if let Some(reason) = failure {
+                    if let Some(ch) = st.members[i].checks.last_mut() {
+                        if !ch.timed_run_mismatch {
+                            ch.timed_run_mismatch = true;
+                            ch.passed = false;
+                            ch.reasons.push(reason);
+                        }
+                    }
+                    timed.retain(|&m| m != i);
+                    continue;
+                }
+                let r = run as usize - batch + b + 1;
+                if r > sched.warmup as usize {
+                    if let (Some(ms), Some(rt)) = (ms, ref_us.get(r - sched.warmup as usize - 1)) {
+                        cand_us[i].push(ms * 1e3);
+                        paired_ref[i].push(*rt);
+                        spent_ms += ms;
+                    }
+                }
+            }
+            timed.retain(|&i| st.members[i].active());
+            if timed.is_empty() {
+                return Ok(());
+            }
+            let reps = ref_us.len() as u32;
+            if reps >= sched.max_reps || spent_ms >= budget {
+                break;
+            }
+            if reps >= sched.min_reps {
+                for &i in &timed {
+                    let ratio = timing::median(&paired_ref[i]) / timing::median(&cand_us[i]);
+                    let [lo, hi] = timing::ratio_ci(&paired_ref[i], &cand_us[i], 500, boot_seed);
+                    settled[i] = (hi - lo) / 2.0 <= opts.target_rel_ci * ratio;
+                }
+                if timed.iter().all(|&i| settled[i]) {
+                    break;
+                }
+            }
+        }
+        let spread = timing::rel_mad(&ref_us);
+        let noise = timing::noise_floor(
+            &ref_us,
+            opts.bootstrap as usize,
+            boot_seed,
+            opts.min_noise_floor,
+        );
+        let bandwidth = if job.bandwidth_gbps > 0.0 {
+            job.bandwidth_gbps
+        } else {
+            self.info.bandwidth_gbps
+        };
+        let peak = if job.peak_tflops > 0.0 {
+            job.peak_tflops
+        } else {
+            self.info.peak_tflops
+        };
+        let bytes = job.abi_bytes(job.timing_config) as f64;
+        let floor_us = if bandwidth > 0.0 {
+            bytes / (bandwidth * 1e3)
+        } else {
+            0.0
+        };
+        let compute_floor_us = if peak > 0.0 && job.flops > 0.0 {
+            job.flops / (peak * 1e6)
+        } else {
+            0.0
+        };
+        for i in timed {
+            let ref_med = timing::median(&paired_ref[i]);
+            let cand_med = timing::median(&cand_us[i]);
+            let ci95 = timing::ratio_ci(
+                &paired_ref[i],
+                &cand_us[i],
+                opts.bootstrap as usize,
+                boot_seed,
+            );
+            let award = timing::award(&timing::Measured {
+                reference_us: ref_med,
+                candidate_us: cand_med,
+                noise_floor: noise,
+                floor_us,
+                compute_floor_us,
+                reference_spread: spread,
+                reference_calibration: calibration,
+                unstable_factor: opts.unstable_factor,
+            });
+            let queries = c.candidates[i]
+                .launches
+                .iter()
+                .enumerate()
+                .map(|(li, l)| (li, l.block.iter().product::<u32>(), l.smem))
+                .collect();
+            let blocks = match self.limit(st) {
+                Ok(limit) => self.runners[i]
+                    .occupancy(queries, limit)
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            let occupancy = c.candidates[i]
+                .launches
+                .iter()
+                .zip(blocks)
+                .filter_map(|(l, b)| {
+                    let blocks = b?;
+                    let threads = l.block.iter().product::<u32>();
+                    let warps = f64::from(blocks) * f64::from(threads.div_ceil(32));
+                    Some(KernelOccupancy {
+                        kernel: l.kernel.clone(),
+                        block_threads: threads,
+                        blocks_per_sm: blocks,
+                        occupancy: (warps / f64::from(self.max_warps_per_sm)).min(1.0),
+                    })
+                })
+                .collect();
+            st.members[i].timing = Some(TimingStage {
+                protocol: PROTOCOL_VERSION,
+                config: c.name.clone(),
+                reference_us: ref_med,
+                candidate_us: cand_med,
+                speedup: award.speedup,
+                raw_speedup: award.raw_speedup,
+                ci95,
+                noise_floor: noise,
+                within_noise: award.within_noise,
+                implausible: award.implausible,
+                floor_us,
+                compute_floor_us,
+                unstable: award.unstable,
+                reference_spread: spread,
+                reference_calibration: calibration,
+                withheld: award.withheld,
+                achieved_gbps: if cand_med > 0.0 {
+                    bytes / (cand_med * 1e3)
+                } else {
+                    0.0
+                },
+                repetitions: cand_us[i].len() as u32,
+                warmup: sched.warmup,
+                checked_runs: run,
+                occupancy,
+            });
+        }
+        Ok(())
+    }
+}
