@@ -379,10 +379,15 @@ impl Harness {
             flush_counter: (job.seed >> 32) as u32,
         };
         let outcome = self.run_job(&mut st);
-        // The members' modules and memory go now, not at the next job.
-        for r in self.runners.iter_mut().take(n) {
-            let _ = r.reset(Duration::from_secs(10));
-        }
+        // The members' modules and memory go now, not at the next job (in parallel: each
+        // runner scrubs its buffers before freeing them).
+        std::thread::scope(|s| {
+            for r in self.runners.iter_mut().take(n) {
+                s.spawn(move || {
+                    let _ = r.reset(Duration::from_secs(10));
+                });
+            }
+        });
         let mut restart = false;
         let job_gpu_ms = st.runs_ms + st.harness_ms;
         let results = match outcome {
@@ -469,9 +474,30 @@ impl Harness {
                 limit,
             )
             .map_err(|f| Fault::Reference(format!("the reference failed to load: {f}")))?;
-        for (i, m) in job.candidates.iter().enumerate() {
-            let limit = self.limit(st)?;
-            if let Err(f) = self.runners[i].load(&m.cubin_b64, symbols(m), None, limit) {
+        // Members load in parallel: a runner that has to start first (process, CUDA
+        // context) costs a few hundred milliseconds.
+        let limit = self.limit(st)?.min(st.run_limit);
+        let loads: Vec<Result<(), RunnerFault>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .runners
+                .iter_mut()
+                .zip(&job.candidates)
+                .map(|(r, m)| {
+                    let syms = symbols(m);
+                    s.spawn(move || r.load(&m.cubin_b64, syms, None, limit))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(RunnerFault::Unavailable("a loader thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        for (i, l) in loads.into_iter().enumerate() {
+            if let Err(f) = l {
                 let s = member_status(f, st.run_limit)?;
                 st.stop(i, s);
             }
