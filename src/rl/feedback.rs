@@ -258,6 +258,17 @@ pub fn feedback(
         let l = lines.get(line?.checked_sub(1)? as usize)?.trim();
         (!l.is_empty()).then(|| truncate_chars(l, 120))
     };
+    // The text of a one-line span (an index expression), when short.
+    let span_text = |sp: &Span| -> Option<String> {
+        if sp.line == 0 || sp.end_line != sp.line || sp.end_column <= sp.column {
+            return None;
+        }
+        let l = lines.get(sp.line as usize - 1)?;
+        let t = l
+            .get(sp.column as usize - 1..sp.end_column as usize - 1)?
+            .trim();
+        (!t.is_empty() && t.chars().count() <= 60).then(|| t.to_string())
+    };
     let mut items: Vec<FeedbackItem> = Vec::new();
     let mut push = |importance, kind: &str, line: Option<u32>, message: String, severity| {
         items.push(FeedbackItem {
@@ -538,7 +549,7 @@ pub fn feedback(
     // analysis of broken code is noise).
     let compiled = s.compile.as_ref().is_some_and(|c| c.ok);
     if compiled {
-        let mut found = structural_items(s);
+        let mut found = structural_items(s, &span_text);
         found.sort_by(|a, b| b.3.cmp(&a.3).then(a.1.cmp(&b.1)));
         let total = found.len();
         for (kind, line, msg, sev) in found.into_iter().take(opts.max_findings) {
@@ -590,10 +601,25 @@ pub fn feedback(
 
 /// `(line, message)` of each error in an NVRTC/ptxas log, in order.
 fn compile_errors(log: &str) -> Vec<(Option<u32>, String)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(Option<u32>, String)> = Vec::new();
+    let mut noted = false;
     for raw in log.lines() {
         let l = raw.trim();
         if l.contains("detected in the compilation") {
+            continue;
+        }
+        // `candidate.cu(5): note #3196-D: to match this "{"` gives an error at the end of
+        // the source the line it is about.
+        if let Some((head, note)) = l.split_once("): note") {
+            let n = head.rsplit('(').next().and_then(|n| n.parse::<u32>().ok());
+            if let (Some(n), Some(last)) = (n, out.last_mut()) {
+                if last.0.is_none() && !noted {
+                    let text = note.split_once(": ").map_or(note, |x| x.1);
+                    last.0 = Some(n);
+                    last.1 = format!("{} ({text})", last.1);
+                    noted = true;
+                }
+            }
             continue;
         }
         // `candidate.cu(12): error: ...`, `At end of source: error: ...`,
@@ -623,6 +649,7 @@ fn compile_errors(log: &str) -> Vec<(Option<u32>, String)> {
             msg
         };
         out.push((line, truncate_chars(&msg, 200)));
+        noted = false;
     }
     out
 }
@@ -695,7 +722,10 @@ fn mismatch_message(task: &Task, k: &ConfigCheck) -> String {
 }
 
 /// `(kind, line, message, severity)` of every structural finding worth reporting.
-fn structural_items(s: &Stages) -> Vec<(&'static str, Option<u32>, String, u32)> {
+fn structural_items(
+    s: &Stages,
+    span_text: &dyn Fn(&Span) -> Option<String>,
+) -> Vec<(&'static str, Option<u32>, String, u32)> {
     let mut out: Vec<(&'static str, Option<u32>, String, u32)> = Vec::new();
     let features: Option<Features> = s
         .structure
@@ -705,31 +735,48 @@ fn structural_items(s: &Stages) -> Vec<(&'static str, Option<u32>, String, u32)>
     if let Some(f) = &features {
         let mut divergent_branches = 0;
         for k in &f.kernels {
+            // Accesses on one line with the same reason become one item.
+            let mut groups: Vec<(Option<u32>, String, bool, Vec<String>, AccessClass)> = Vec::new();
             for a in &k.global_accesses.findings {
+                if !matches!(a.class, AccessClass::Strided | AccessClass::Indirect) {
+                    continue;
+                }
                 let what = match a.access {
                     AccessKind::Read => "read",
                     AccessKind::Write => "write",
                     AccessKind::ReadWrite => "read-modify-write",
                 };
-                match a.class {
-                    AccessClass::Strided => out.push((
+                let expr = span_text(&a.span).unwrap_or_else(|| a.array.clone());
+                let desc = format!("{what} `{expr}`");
+                let l = line(&a.span);
+                match groups
+                    .iter_mut()
+                    .find(|g| g.0 == l && g.1 == a.reason && g.4 == a.class)
+                {
+                    Some(g) => {
+                        g.2 |= a.in_loop;
+                        if !g.3.contains(&desc) {
+                            g.3.push(desc);
+                        }
+                    }
+                    None => groups.push((l, a.reason.clone(), a.in_loop, vec![desc], a.class)),
+                }
+            }
+            for (l, reason, in_loop, descs, class) in groups {
+                let list = descs.join(", ");
+                if class == AccessClass::Strided {
+                    out.push((
                         "strided_access",
-                        line(&a.span),
+                        l,
                         format!(
-                            "global {what} of `{}` is not coalesced{}: {}",
-                            a.array,
-                            if a.in_loop { " (inside a loop)" } else { "" },
-                            a.reason
+                            "global {list} {} not coalesced{}: {reason}",
+                            if descs.len() > 1 { "are" } else { "is" },
+                            if in_loop { " (inside a loop)" } else { "" }
                         ),
-                        if a.in_loop { 85 } else { 80 },
-                    )),
-                    AccessClass::Indirect => out.push((
-                        "indirect_access",
-                        line(&a.span),
-                        format!("global {what} of `{}`: {}", a.array, a.reason),
-                        15,
-                    )),
-                    _ => {}
+                        if in_loop { 85 } else { 80 },
+                    ));
+                } else {
+                    out.push(("indirect_access", l, format!("global {list}: {reason}"), 15));
                 }
             }
             for x in &k.sync.findings {

@@ -1,0 +1,192 @@
+//! The RL side on real inputs: feedback snapshots on real reports of the fixtures (real
+//! NVRTC compiles; GPU stages from committed H200 output), advantages through episodes, the
+//! kernel-program generator of the examples compiled with the real NVRTC, and a CI-sized
+//! GRPO run with real burn training that must raise the mean reward.
+//!
+//! Snapshots live in `tests/snapshots/feedback/*.txt` and are compared exactly;
+//! `CUDAPERF_UPDATE_SNAPSHOTS=1 cargo test --test rl` rewrites them.
+
+mod common;
+
+use std::path::PathBuf;
+
+use cudaperf::exec::{CorrectnessStage, ExecuteStage, TimingStage};
+use cudaperf::reward::{
+    presets, Context, EvalOptions, Evaluator, Reward, RewardError, RewardReport, Stage, Submission,
+};
+use cudaperf::rl::{self, Episode, FeedbackOptions, Turn};
+use cudaperf::task::Task;
+
+fn evaluator() -> &'static Evaluator {
+    static E: std::sync::OnceLock<Evaluator> = std::sync::OnceLock::new();
+    E.get_or_init(|| {
+        let mut o = EvalOptions {
+            no_gpu: true,
+            ..EvalOptions::default()
+        };
+        o.compile.worker = Some(common::cudaperf_bin());
+        Evaluator::new(o)
+    })
+}
+
+fn task(id: &str) -> Task {
+    Task::load(common::fixture(&format!("tasks/{id}"))).expect("task loads")
+}
+
+fn snapshot_dir() -> PathBuf {
+    common::manifest_dir().join("tests/snapshots/feedback")
+}
+
+/// Compares `text` with the snapshot file `name` (or rewrites it when asked).
+fn check_snapshot(name: &str, text: &str) {
+    let path = snapshot_dir().join(name);
+    if std::env::var_os("CUDAPERF_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, text).expect("write snapshot");
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "snapshot {} missing ({e}); run with CUDAPERF_UPDATE_SNAPSHOTS=1",
+            path.display()
+        )
+    });
+    assert!(
+        want == text,
+        "snapshot {} differs (CUDAPERF_UPDATE_SNAPSHOTS=1 rewrites it)\n--- want\n{want}\n--- got\n{text}",
+        path.display()
+    );
+}
+
+/// A case file: the task, the candidate, where its GPU stages come from.
+#[derive(serde::Deserialize)]
+struct Case {
+    task: String,
+    source: String,
+    provenance: String,
+    /// GPU stages to put in the report (real H200 output or built from it; see provenance).
+    #[serde(default)]
+    gpu: Option<GpuStages>,
+    /// A whole real report instead.
+    #[serde(default)]
+    report: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct GpuStages {
+    execute: ExecuteStage,
+    correctness: Option<CorrectnessStage>,
+    timing: Option<TimingStage>,
+}
+
+/// The report of a case: CPU stages evaluated here (NVRTC, tree-sitter, shipped ranker), GPU
+/// stages from the case file, the value from the unified reward; or the committed report.
+fn case_report(case: &Case, task: &Task, code: &str) -> RewardReport {
+    if let Some(rel) = &case.report {
+        let text = std::fs::read_to_string(common::manifest_dir().join(rel)).expect("report");
+        return serde_json::from_str(&text).expect("a RewardReport");
+    }
+    let e = evaluator();
+    let ctx = Context::new(task, e);
+    let sub = Submission::from_source(code);
+    let reward = presets::cudaperf();
+    let eval = match &case.gpu {
+        Some(g) => {
+            let mut eval = e.evaluate(task, &sub, Stage::Ranker);
+            eval.stages.execute = Some(g.execute.clone());
+            eval.stages.correctness = g.correctness.clone();
+            eval.stages.timing = g.timing.clone();
+            eval
+        }
+        None => e.evaluate(task, &sub, Stage::Correctness),
+    };
+    match reward.score_evaluated(&ctx, &eval) {
+        Ok(s) => s.report,
+        Err(RewardError::Unavailable { report, .. }) => *report,
+        Err(other) => panic!("{other}"),
+    }
+}
+
+/// Every case under `tests/snapshots/feedback/cases/` gets its feedback compared with
+/// `<case>.txt`. Guards the feedback text a policy reads: order, line numbers, quoted source,
+/// interval formatting, the length bound.
+#[test]
+fn feedback_snapshots_of_real_reports() {
+    require_nvrtc!();
+    let dir = snapshot_dir().join("cases");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("cases")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 12, "expected the committed cases");
+    let opts = FeedbackOptions::default();
+    for path in names {
+        let case: Case = serde_json::from_str(&std::fs::read_to_string(&path).expect("case"))
+            .expect("case json");
+        assert!(!case.provenance.is_empty());
+        let task = task(&case.task);
+        let code = std::fs::read_to_string(common::manifest_dir().join(&case.source))
+            .expect("candidate source");
+        let report = case_report(&case, &task, &code);
+        let fb = rl::feedback(&task, &report, &code, &opts);
+        let text = fb.text();
+        assert!(text.chars().count() <= opts.max_chars);
+        let stem = path.file_stem().and_then(|s| s.to_str()).expect("name");
+        check_snapshot(&format!("{stem}.txt"), &format!("{text}\n"));
+    }
+}
+
+/// The next-turn prompt: the task prompt, the previous code and its feedback, in that order.
+#[test]
+fn next_turn_prompt_snapshot() {
+    require_nvrtc!();
+    let task = task("transpose");
+    let code = std::fs::read_to_string(common::fixture("tasks/transpose/smem_tiled_nopad.cu"))
+        .expect("source");
+    let case: Case = serde_json::from_str(
+        &std::fs::read_to_string(snapshot_dir().join("cases/gpu_transpose_nopad_slower.json"))
+            .expect("case"),
+    )
+    .expect("json");
+    let report = case_report(&case, &task, &code);
+    let mut episode = Episode::new(&task.id);
+    episode.push(Turn::new(format!("```cuda\n{code}```\n"), report));
+    let prompt = episode
+        .next_prompt(&task, &FeedbackOptions::default())
+        .expect("a prompt after one turn");
+    assert!(prompt.starts_with(&task.prompt()));
+    let code_at = prompt
+        .find("__shared__ float tile[32][32]")
+        .expect("previous code");
+    let feedback_at = prompt.find("slower than the reference").expect("feedback");
+    assert!(code_at < feedback_at);
+    check_snapshot("next_turn_prompt_transpose.txt", &prompt);
+}
+
+/// A shorter bound keeps the most important items: compile errors before anything else.
+#[test]
+fn a_tight_bound_keeps_the_most_important_items() {
+    require_nvrtc!();
+    let task = task("vector_add");
+    let code = common::read_fixture("bad/long_log.cu");
+    let case = Case {
+        task: "vector_add".into(),
+        source: String::new(),
+        provenance: "test".into(),
+        gpu: None,
+        report: None,
+    };
+    let report = case_report(&case, &task, &code);
+    let opts = FeedbackOptions {
+        max_chars: 160,
+        ..Default::default()
+    };
+    let fb = rl::feedback(&task, &report, &code, &opts);
+    let text = fb.text();
+    assert!(text.chars().count() <= 160, "{text}");
+    assert!(text.starts_with("Compile error"), "{text}");
+    assert_eq!(fb.items[0].kind, "compile_error");
+    assert!(fb.items[0].line.is_some(), "{:?}", fb.items[0]);
+}
