@@ -190,3 +190,94 @@ fn a_tight_bound_keeps_the_most_important_items() {
     assert_eq!(fb.items[0].kind, "compile_error");
     assert!(fb.items[0].line.is_some(), "{:?}", fb.items[0]);
 }
+
+#[path = "../examples/common/mod.rs"]
+mod rlx;
+
+use rlx::programs::{self, Expect, TASKS};
+
+/// Every knob combination of every task renders, and with the real NVRTC either compiles
+/// (and passes the launch-plan check) or fails exactly the way its generator says it should
+/// (too much static shared memory; a block of more than 1024 threads). The analysis finds
+/// the kernels of every compiled program (the structure reward sees them).
+#[test]
+fn every_program_compiles_or_fails_as_intended() {
+    require_nvrtc!();
+    let start = std::time::Instant::now();
+    let (mut runs, mut compile_errors, mut invalid, mut risky) = (0, 0, 0, 0);
+    for spec in TASKS {
+        let task = task(spec.id);
+        let mut seen = std::collections::HashSet::new();
+        let programs: Vec<programs::Program> = spec
+            .family
+            .all_choices()
+            .iter()
+            .map(|c| programs::render(spec.id, c).expect("renders"))
+            .filter(|p| seen.insert(p.source.clone()))
+            .collect();
+        let subs: Vec<Submission> = programs
+            .iter()
+            .map(|p| Submission::from_source(p.source.clone()))
+            .collect();
+        let t0 = std::time::Instant::now();
+        let evals = evaluator().evaluate_batch(&task, &subs, Stage::Correctness);
+        let ms: f64 = evals
+            .iter()
+            .filter_map(|e| e.stages.compile.as_ref())
+            .map(|c| c.millis)
+            .sum();
+        eprintln!(
+            "{}: {} programs, {:.1} s wall, {:.0} ms mean compile",
+            spec.id,
+            subs.len(),
+            t0.elapsed().as_secs_f64(),
+            ms / subs.len() as f64
+        );
+        for (p, e) in programs.iter().zip(&evals) {
+            let what = format!("{} {}", spec.id, programs::describe(spec.family, &p.choice));
+            assert!(
+                e.stages.extract.ok,
+                "{what}: {:?}\n{}",
+                e.stages.extract.error, p.source
+            );
+            let compile = e.stages.compile.as_ref().expect("compile stage");
+            let status = e.stages.execute.as_ref().map(|x| x.status.clone());
+            match &p.expect {
+                Expect::Runs { risk } => {
+                    assert!(compile.ok, "{what}: {}\n{}", compile.log, p.source);
+                    assert!(
+                        matches!(status, Some(cudaperf::exec::ExecStatus::Unavailable { .. })),
+                        "{what}: {status:?}"
+                    );
+                    let kernels = e.features.as_ref().map_or(0, |f| f.kernels.len());
+                    assert!(kernels >= 1, "{what}: the analysis found no kernel");
+                    runs += 1;
+                    risky += usize::from(risk.is_some());
+                }
+                Expect::CompileError(text) => {
+                    assert!(
+                        !compile.ok && compile.log.contains(text),
+                        "{what}: {}",
+                        compile.log
+                    );
+                    compile_errors += 1;
+                }
+                Expect::InvalidLaunch(text) => {
+                    assert!(compile.ok, "{what}: {}", compile.log);
+                    match status {
+                        Some(cudaperf::exec::ExecStatus::InvalidLaunch { reason }) => {
+                            assert!(reason.contains(text), "{what}: {reason}")
+                        }
+                        other => panic!("{what}: expected an invalid launch, got {other:?}"),
+                    }
+                    invalid += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{runs} programs compile ({risky} with an intended race or unwritten tail), {compile_errors} intended compile errors, {invalid} intended invalid launches, {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(compile_errors > 0 && invalid > 0 && risky > 0);
+}
