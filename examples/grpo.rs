@@ -60,13 +60,13 @@ struct Args {
     #[arg(long)]
     noise_aware: bool,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.003)]
     lr: f64,
     /// PPO clip ε.
     #[arg(long, default_value_t = 0.2)]
     clip: f64,
     /// KL coefficient (to the initial policy).
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.05)]
     kl: f64,
     /// Gradient steps per batch.
     #[arg(long, default_value_t = 4)]

@@ -270,9 +270,9 @@ impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
             hidden: 64,
-            lr: 0.01,
+            lr: 0.003,
             clip: 0.2,
-            kl_coef: 0.02,
+            kl_coef: 0.05,
             ppo_epochs: 4,
             seed: 0,
         }

@@ -370,11 +370,7 @@ pub fn train(
             for (e, ep) in r.episodes.iter().enumerate() {
                 for (t, turn) in ep.turns.iter().enumerate() {
                     let (state, choice, logp) = &r.steps[e][t];
-                    distinct.insert((
-                        env.task.id.clone(),
-                        programs::describe(env.spec.family, choice),
-                        turn.code(),
-                    ));
+                    distinct.insert((env.task.id.clone(), turn.code()));
                     per_turn[t].push(turn.reward);
                     reports.push(turn.report.clone());
                     let b = best
