@@ -203,6 +203,7 @@ use rlx::programs::{self, Expect, TASKS};
 #[test]
 fn every_program_compiles_or_fails_as_intended() {
     require_nvrtc!();
+    let _turn = HEAVY.lock().unwrap_or_else(|p| p.into_inner());
     let start = std::time::Instant::now();
     let (mut runs, mut compile_errors, mut invalid, mut risky) = (0, 0, 0, 0);
     for spec in TASKS {
@@ -280,4 +281,52 @@ fn every_program_compiles_or_fails_as_intended() {
         start.elapsed().as_secs_f64()
     );
     assert!(compile_errors > 0 && invalid > 0 && risky > 0);
+}
+
+/// The two heavy tests (every program compiled; the GRPO run) take turns, so the run's time
+/// is its own.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A CI-sized run of the reference GRPO loop with the static reward (real NVRTC compiles,
+/// real structure analysis and ranker, real burn training): the mean reward of the last
+/// steps must be above the first steps', within 60 s on a 2-core machine.
+#[test]
+fn ci_sized_grpo_run_raises_the_mean_reward() {
+    require_nvrtc!();
+    let _turn = HEAVY.lock().unwrap_or_else(|p| p.into_inner());
+    use rlx::rollout::{self, LoopConfig};
+    let fixtures = common::manifest_dir().join("fixtures");
+    let ids: Vec<String> = TASKS
+        .iter()
+        .filter(|t| !t.held_out)
+        .map(|t| t.id.to_string())
+        .collect();
+    let envs = rollout::load_tasks(&fixtures, &ids).expect("tasks");
+    let evaluator = rlx::setup::evaluator(&fixtures, false, Some(common::cudaperf_bin()));
+    let cfg = LoopConfig {
+        steps: 8,
+        group: 6,
+        turns: 2,
+        episode: rl::EpisodeOptions::default(),
+        policy: rlx::policy::PolicyConfig::default(),
+        seed: 7,
+    };
+    let start = std::time::Instant::now();
+    let reward = rlx::rewards::StaticReward::full();
+    let trained = rollout::train(&cfg, &envs, &evaluator, &reward, None, |s| {
+        eprintln!(
+            "step {} {:.1}s reward {:.3} kl {:.3}",
+            s.step, s.elapsed_s, s.reward_mean, s.kl
+        )
+    })
+    .expect("the loop runs");
+    let secs = start.elapsed().as_secs_f64();
+    let h = &trained.history;
+    assert_eq!(h.len(), cfg.steps);
+    let first = (h[0].reward_mean + h[1].reward_mean) / 2.0;
+    let last = (h[h.len() - 1].reward_mean + h[h.len() - 2].reward_mean) / 2.0;
+    eprintln!("mean reward: first two steps {first:.3}, last two {last:.3}; {secs:.1} s");
+    assert!(last > first, "no improvement: {first:.3} -> {last:.3}");
+    assert!(h.iter().all(|s| s.kl.is_finite() && s.samples > 0));
+    assert!(secs <= 60.0, "the CI-sized run took {secs:.1} s");
 }
