@@ -314,15 +314,19 @@ impl SpeedTermSelector {
 /// are unchanged. Use the result in place of `report.value` before [`advantages`].
 ///
 /// Errors when a report's value is not finite (a reward that could not be computed).
-pub fn noise_aware_rewards(reports: &[RewardReport]) -> Result<Vec<f64>> {
+/// `reports` is anything that yields `&RewardReport` (`&[RewardReport]`, `Vec<&RewardReport>`).
+pub fn noise_aware_rewards<'a>(
+    reports: impl IntoIterator<Item = &'a RewardReport>,
+) -> Result<Vec<f64>> {
     noise_aware_rewards_with(reports, &SpeedTermSelector::default())
 }
 
 /// [`noise_aware_rewards`] with a custom choice of speed terms.
-pub fn noise_aware_rewards_with(
-    reports: &[RewardReport],
+pub fn noise_aware_rewards_with<'a>(
+    reports: impl IntoIterator<Item = &'a RewardReport>,
     selector: &SpeedTermSelector,
 ) -> Result<Vec<f64>> {
+    let reports: Vec<&RewardReport> = reports.into_iter().collect();
     let values: Vec<f64> = reports.iter().map(|r| r.value).collect();
     if let Some(index) = values.iter().position(|v| !v.is_finite()) {
         return Err(RlError::NonFinite {

@@ -185,11 +185,11 @@ pub fn episode_advantages(group: &[Episode], opts: &EpisodeOptions) -> Result<Ep
     let mut rewards: Vec<Vec<f64>> = group.iter().map(Episode::rewards).collect();
     if opts.noise_aware {
         for set in &sets {
-            let reports: Vec<RewardReport> = set
+            let reports: Vec<&RewardReport> = set
                 .iter()
-                .map(|&(e, t)| group[e].turns[t].report.clone())
+                .map(|&(e, t)| &group[e].turns[t].report)
                 .collect();
-            let adjusted = advantage::noise_aware_rewards(&reports)?;
+            let adjusted = advantage::noise_aware_rewards(reports.iter().copied())?;
             for (&(e, t), (new, r)) in set.iter().zip(adjusted.iter().zip(&reports)) {
                 rewards[e][t] += new - r.value;
             }

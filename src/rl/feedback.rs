@@ -730,7 +730,7 @@ fn structural_items(
     let features: Option<Features> = s
         .structure
         .as_ref()
-        .and_then(|st| serde_json::from_value(st.features.clone()).ok());
+        .and_then(|st| Features::deserialize(&st.features).ok());
     let line = |sp: &Span| (sp.line > 0).then_some(sp.line);
     if let Some(f) = &features {
         let mut divergent_branches = 0;
