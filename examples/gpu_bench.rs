@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use cudaperf::exec::ExecOptions;
-use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission};
+use cudaperf::reward::{EvalOptions, Evaluator, Reward, Stage, Submission};
 use cudaperf::task::Task;
 
 fn median(mut v: Vec<f64>) -> f64 {
