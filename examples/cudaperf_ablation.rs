@@ -225,10 +225,7 @@ fn run(args: Args) -> Result<(), String> {
                         _ => None,
                     },
                 );
-                let r = programs::TASKS
-                    .iter()
-                    .find(|t| t.id == env.task.id)
-                    .and_then(|_| last)
+                let r = last
                     .and_then(|t| knobs_of(env.spec.family, &t.knobs))
                     .and_then(|c| programs::render(env.spec.id, &c).ok())
                     .and_then(|p| match p.expect {

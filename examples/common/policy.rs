@@ -498,9 +498,9 @@ impl Policy {
                     let z = &ref_logits[r][start..start + len];
                     let m = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let lse = m + z.iter().map(|v| (v - m).exp()).sum::<f32>().ln();
-                    for o in 0..len {
+                    for (o, zo) in z.iter().enumerate() {
                         h.mask[r * len + o] = 1.0;
-                        h.ref_logp[r * len + o] = z[o] - lse;
+                        h.ref_logp[r * len + o] = zo - lse;
                     }
                 }
                 heads.push(h);

@@ -142,7 +142,7 @@ pub fn speedup(r: &RewardReport) -> Option<f64> {
     if !r.stages.correctness.as_ref().is_some_and(|c| c.passed) {
         return None;
     }
-    Some(if t.implausible || !(t.speedup > 0.0) {
+    Some(if t.implausible || t.speedup.is_nan() || t.speedup <= 0.0 {
         1.0
     } else {
         t.speedup

@@ -736,7 +736,14 @@ fn structural_items(
         let mut divergent_branches = 0;
         for k in &f.kernels {
             // Accesses on one line with the same reason become one item.
-            let mut groups: Vec<(Option<u32>, String, bool, Vec<String>, AccessClass)> = Vec::new();
+            struct Group {
+                line: Option<u32>,
+                reason: String,
+                in_loop: bool,
+                descs: Vec<String>,
+                class: AccessClass,
+            }
+            let mut groups: Vec<Group> = Vec::new();
             for a in &k.global_accesses.findings {
                 if !matches!(a.class, AccessClass::Strided | AccessClass::Indirect) {
                     continue;
@@ -751,32 +758,44 @@ fn structural_items(
                 let l = line(&a.span);
                 match groups
                     .iter_mut()
-                    .find(|g| g.0 == l && g.1 == a.reason && g.4 == a.class)
+                    .find(|g| g.line == l && g.reason == a.reason && g.class == a.class)
                 {
                     Some(g) => {
-                        g.2 |= a.in_loop;
-                        if !g.3.contains(&desc) {
-                            g.3.push(desc);
+                        g.in_loop |= a.in_loop;
+                        if !g.descs.contains(&desc) {
+                            g.descs.push(desc);
                         }
                     }
-                    None => groups.push((l, a.reason.clone(), a.in_loop, vec![desc], a.class)),
+                    None => groups.push(Group {
+                        line: l,
+                        reason: a.reason.clone(),
+                        in_loop: a.in_loop,
+                        descs: vec![desc],
+                        class: a.class,
+                    }),
                 }
             }
-            for (l, reason, in_loop, descs, class) in groups {
-                let list = descs.join(", ");
-                if class == AccessClass::Strided {
+            for g in groups {
+                let list = g.descs.join(", ");
+                let reason = &g.reason;
+                if g.class == AccessClass::Strided {
                     out.push((
                         "strided_access",
-                        l,
+                        g.line,
                         format!(
                             "global {list} {} not coalesced{}: {reason}",
-                            if descs.len() > 1 { "are" } else { "is" },
-                            if in_loop { " (inside a loop)" } else { "" }
+                            if g.descs.len() > 1 { "are" } else { "is" },
+                            if g.in_loop { " (inside a loop)" } else { "" }
                         ),
-                        if in_loop { 85 } else { 80 },
+                        if g.in_loop { 85 } else { 80 },
                     ));
                 } else {
-                    out.push(("indirect_access", l, format!("global {list}: {reason}"), 15));
+                    out.push((
+                        "indirect_access",
+                        g.line,
+                        format!("global {list}: {reason}"),
+                        15,
+                    ));
                 }
             }
             for x in &k.sync.findings {

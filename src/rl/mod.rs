@@ -38,6 +38,38 @@
 //! assert!((r[0] - (-0.75 + 0.4 * 1.2)).abs() < 1e-12);
 //! # Ok::<(), cudaperf::rl::RlError>(())
 //! ```
+//!
+//! A two-turn GRPO group with a policy of your own (an LLM behind `policy`):
+//!
+//! ```no_run
+//! use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, Submission};
+//! use cudaperf::rl::{self, Episode, EpisodeOptions, FeedbackOptions, Turn};
+//! use cudaperf::task::Task;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let policy = |_prompt: &str| String::from("```cuda\n...\n```");
+//! let task = Task::load("fixtures/tasks/transpose")?;
+//! let evaluator = Evaluator::new(EvalOptions::default());
+//! let ctx = Context::new(&task, &evaluator);
+//! let reward = presets::cudaperf();
+//! let mut group: Vec<Episode> = (0..8).map(|_| Episode::new(&task.id)).collect();
+//! for _turn in 0..2 {
+//!     // Turn 1 sees the task prompt; turn 2 the prompt, its previous code and the feedback.
+//!     let prompts: Vec<String> = group
+//!         .iter()
+//!         .map(|e| e.next_prompt(&task, &FeedbackOptions::default()).unwrap_or_else(|| task.prompt()))
+//!         .collect();
+//!     let completions: Vec<String> = prompts.iter().map(|p| policy(p)).collect();
+//!     let subs: Vec<Submission> = completions.iter().map(Submission::from_completion).collect();
+//!     for ((e, c), s) in group.iter_mut().zip(completions).zip(reward.score_batch(&ctx, &subs)?) {
+//!         e.push(Turn::new(c, s.report));
+//!     }
+//! }
+//! let adv = rl::episode_advantages(&group, &EpisodeOptions::default())?;
+//! // adv.per_episode[e][t]: the advantage of turn t of episode e (None: group dropped).
+//! # let _ = adv;
+//! # Ok(()) }
+//! ```
 
 pub mod advantage;
 mod episode;
