@@ -32,15 +32,24 @@ fn evaluator(workers: usize) -> Evaluator {
     } else {
         EvalOptions::default().ranker_model
     };
-    Evaluator::new(EvalOptions {
+    // Without a `cudaperf` worker (CUDAPERF_WORKER, or beside this binary) this binary serves
+    // as its own worker (see `main`), so it can be carried alone to a GPU machine.
+    let worker = cudaperf::sandbox::find_worker(None)
+        .is_none()
+        .then(|| std::env::current_exe().ok())
+        .flatten();
+    let mut o = EvalOptions {
         ranker_model,
         exec: ExecOptions {
             workers_per_gpu: workers,
             timeout: Duration::from_secs(120),
+            worker: worker.clone(),
             ..Default::default()
         },
         ..Default::default()
-    })
+    };
+    o.compile.worker = worker;
+    Evaluator::new(o)
 }
 
 /// A fresh submission: a distinct comment defeats every cache.
@@ -49,6 +58,10 @@ fn fresh(source: &str, k: usize) -> Submission {
 }
 
 fn main() {
+    // Started as a sandbox worker (`<exe> worker`): serve jobs instead.
+    if std::env::args().nth(1).as_deref() == Some("worker") {
+        std::process::exit(cudaperf::sandbox::worker_main());
+    }
     let dir = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "fixtures/tasks/vector_add".into());
