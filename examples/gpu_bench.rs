@@ -5,15 +5,16 @@
 //! ```
 //! Rows: per-stage latency (uncached compile, cached compile, correctness job, correctness +
 //! timing job), end-to-end per fresh candidate, a GRPO group of 16 (one group job) with 1
-//! and 2 workers per GPU, the coefficient of variation of 10 repeated speedup measurements
-//! of one candidate, the rank stability of a mixed group scored twice (one job per
-//! candidate against one job per group), a group of 64 over 8 tasks against the GPU time of
-//! its launches, and 16 cold compiles in parallel against one.
+//! and 2 workers per GPU, a multi-turn group (16 episodes × 2 turns with feedback and
+//! advantages from `cudaperf::rl`), the coefficient of variation of 10 repeated speedup
+//! measurements of one candidate, the rank stability of a mixed group scored twice (one job
+//! per candidate against one job per group), a group of 64 over 8 tasks against the GPU time
+//! of its launches, and 16 cold compiles in parallel against one.
 
 use std::time::{Duration, Instant};
 
 use cudaperf::exec::ExecOptions;
-use cudaperf::reward::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
+use cudaperf::reward::{EvalOptions, Evaluation, Evaluator, Reward, Stage, Submission};
 use cudaperf::task::Task;
 
 /// Kendall's tau between two scorings of the same members (pairs tied in either count as
@@ -58,14 +59,32 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn evaluator(workers: usize) -> Evaluator {
-    Evaluator::new(EvalOptions {
+    // The ranker model of the checkout it runs in (the compiled-in path may not exist on the
+    // GPU machine); the default otherwise.
+    let local = std::path::PathBuf::from("fixtures/models/ranker");
+    let ranker_model = if local.join(cudaperf::ranker::METADATA_FILE).is_file() {
+        Some(local)
+    } else {
+        EvalOptions::default().ranker_model
+    };
+    // Without a `cudaperf` worker (CUDAPERF_WORKER, or beside this binary) this binary serves
+    // as its own worker (see `main`), so it can be carried alone to a GPU machine.
+    let worker = cudaperf::worker::find_worker(None, cudaperf::worker::Role::Gpu)
+        .is_none()
+        .then(|| std::env::current_exe().ok())
+        .flatten();
+    let mut o = EvalOptions {
+        ranker_model,
         exec: ExecOptions {
             workers_per_gpu: workers,
             timeout: Duration::from_secs(120),
+            worker: worker.clone(),
             ..Default::default()
         },
         ..Default::default()
-    })
+    };
+    o.compile.worker = worker;
+    Evaluator::new(o)
 }
 
 /// A fresh submission: a distinct comment defeats every cache.
@@ -74,6 +93,8 @@ fn fresh(source: &str, k: usize) -> Submission {
 }
 
 fn main() {
+    // Started as a sandbox worker (`<exe> __cudaperf_worker <role>`): serve jobs instead.
+    cudaperf::worker::run_if_requested();
     let dir = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "fixtures/tasks/vector_add".into());
@@ -218,6 +239,54 @@ fn main() {
                 format!("{:.2} %", median(cvs)),
             ));
         }
+    }
+
+    // A multi-turn GRPO group: 16 episodes × 2 turns through the unified reward; turn 2 is
+    // another implementation of the task, written after the feedback on turn 1 (the feedback
+    // text and the next-turn prompt are built as a trainer would); then per-turn advantages.
+    {
+        let reward = cudaperf::reward::presets::cudaperf();
+        let ctx = cudaperf::reward::Context::new(&task, &e);
+        let opts = cudaperf::rl::FeedbackOptions::default();
+        let others: Vec<&str> = task
+            .all_implementations()
+            .map(|i| i.source.as_str())
+            .collect();
+        let t = Instant::now();
+        let turn1: Vec<Submission> = (0..16).map(|k| fresh(&source, 2000 + k)).collect();
+        let scored1 = reward.score_batch(&ctx, &turn1);
+        let mut episodes = Vec::new();
+        let mut prompt_bytes = 0;
+        if let Ok(s1) = &scored1 {
+            for (k, s) in s1.iter().enumerate() {
+                let mut ep = cudaperf::rl::Episode::new(&task.id);
+                ep.push(cudaperf::rl::Turn::new(turn1[k].text(), s.report.clone()));
+                prompt_bytes += ep.next_prompt(&task, &opts).map_or(0, |p| p.len());
+                episodes.push(ep);
+            }
+        }
+        let turn2: Vec<Submission> = (0..16)
+            .map(|k| fresh(others[k % others.len()], 3000 + k))
+            .collect();
+        let scored2 = reward.score_batch(&ctx, &turn2);
+        if let Ok(s2) = &scored2 {
+            for (ep, (sub, s)) in episodes.iter_mut().zip(turn2.iter().zip(s2)) {
+                ep.push(cudaperf::rl::Turn::new(sub.text(), s.report.clone()));
+            }
+        }
+        let adv = cudaperf::rl::episode_advantages(&episodes, &Default::default());
+        let secs = t.elapsed().as_secs_f64();
+        rows.push((
+            format!(
+                "multi-turn group 16 × 2 turns, feedback + advantages (s{})",
+                if scored1.is_ok() && scored2.is_ok() && adv.is_ok() && prompt_bytes > 0 {
+                    ""
+                } else {
+                    ", FAILED"
+                }
+            ),
+            format!("{secs:.2}"),
+        ));
     }
 
     let mut speedups = Vec::new();

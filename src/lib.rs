@@ -22,6 +22,10 @@
 //! Pipeline (cheapest first; each stage short-circuits the rest): [`candidate`] extraction →
 //! [`syntax`] → [`compile`] (NVRTC) → structure → [`exec`] (GPU correctness and timing,
 //! in [`sandbox`] workers) → ranker → [`reward`] combination.
+//!
+//! For RL trainers, [`rl`] turns reports into next-turn feedback and groups of rewards into
+//! advantages (GRPO, Dr. GRPO, RLOO, multi-turn returns, noise-aware speed terms), and holds
+//! the multi-turn [`rl::Episode`] type; `examples/grpo.rs` is a reference GRPO loop on it.
 #![deny(missing_docs)]
 
 pub mod analysis;
@@ -33,6 +37,7 @@ pub mod expr;
 mod prompt;
 pub mod ranker;
 pub mod reward;
+pub mod rl;
 pub mod sandbox;
 pub mod syntax;
 pub mod task;

@@ -444,6 +444,10 @@ impl Compiler {
             }
         }
         let mut log = ptxas::strip_info(&raw.log);
+        if !raw.ok && log.trim().is_empty() {
+            // ptxas refused the code but NVRTC logged only its info lines: say why.
+            log = ptxas::explain_silent_failure(&raw.log, &kernels);
+        }
         // Paths of the CUDA headers say nothing useful and reveal the host's layout.
         if let Some(dir) = include_dir {
             log = log.replace(&dir.display().to_string(), "<cuda-include>");

@@ -85,6 +85,33 @@ pub fn strip_info(log: &str) -> String {
         .join("\n")
 }
 
+/// Most static shared memory a kernel may declare (`__shared__` arrays), bytes.
+pub const MAX_STATIC_SMEM_BYTES: u32 = 48 * 1024;
+
+/// The error line for a failed compile whose log holds only ptxas info lines (NVRTC 13 does
+/// not log ptxas's refusal of a kernel with more than 48 KiB of static shared memory; the
+/// resources still show it). `kernels` are the resources parsed from `log`.
+pub fn explain_silent_failure(log: &str, kernels: &[Resources]) -> String {
+    let over: Vec<String> = kernels
+        .iter()
+        .filter(|k| k.static_smem_bytes > MAX_STATIC_SMEM_BYTES)
+        .map(|k| {
+            format!(
+                "ptxas error   : Entry function '{}' uses too much shared data ({} bytes of static __shared__ memory, {} max)",
+                k.name, k.static_smem_bytes, MAX_STATIC_SMEM_BYTES
+            )
+        })
+        .collect();
+    if !over.is_empty() {
+        return over.join("\n");
+    }
+    let info: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    format!(
+        "error: the compilation failed without an error message; the ptxas report was:\n{}",
+        info.join("\n")
+    )
+}
+
 /// Trims a log to at most `max_bytes`, keeping error lines (and the two lines after each,
 /// where NVRTC prints the source line and a caret) before anything else, in original order.
 pub fn trim_log(log: &str, max_bytes: usize) -> String {
@@ -184,5 +211,17 @@ ptxas info    : Used 12 registers, used 1 barriers, 1024 bytes smem, 384 bytes c
         assert!(t.contains("identifier \"foo\" is undefined"));
         assert!(t.contains("  ^"));
         assert!(t.contains("lines omitted"));
+    }
+
+    /// Guards the NVRTC 13 behaviour: a kernel with 64 KiB of static shared memory fails to
+    /// compile with only ptxas info lines in the log; the report must still say why.
+    #[test]
+    fn a_silent_ptxas_failure_is_explained() {
+        let log = "ptxas info    : Compiling entry function 'big' for 'sm_90'\nptxas info    : Function properties for big\nptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\nptxas info    : Used 32 registers, used 1 barriers, 65536 bytes smem\n";
+        let k = parse_resources(log);
+        let e = explain_silent_failure(log, &k);
+        assert_eq!(e, "ptxas error   : Entry function 'big' uses too much shared data (65536 bytes of static __shared__ memory, 49152 max)");
+        let other = explain_silent_failure("ptxas info    : 0 bytes gmem\n", &[]);
+        assert!(other.starts_with("error: the compilation failed without an error message"));
     }
 }

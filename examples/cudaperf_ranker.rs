@@ -1,0 +1,137 @@
+//! CudaPerf's offline stage as library calls: train the pairwise ranker on the dataset's
+//! measured implementations and compare it, leave-tasks-out, with the hand-weighted
+//! structural score (what `cudaperf train-ranker --cv 5` prints).
+//!
+//! ```text
+//! cargo run --release --example cudaperf_ranker -- --out runs/ranker [--cv 5] [--seed 42] [--ngrams 0]
+//! ```
+//! Reads `fixtures/tasks` and the H200 timings `fixtures/timings/h200.json`; writes the model
+//! (`metadata.json` + weights), its training curve `training.png` and `cv.json` to `--out`,
+//! and prints the accuracy table. Training runs on burn's default device (the ndarray CPU
+//! backend; libtorch with `--features tch`).
+
+#[path = "common/setup.rs"]
+#[allow(dead_code)]
+mod setup;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use clap::Parser;
+use cudaperf::analysis::{analyze, structural_score};
+use cudaperf::dataset::Dataset;
+use cudaperf::ranker::{self, PairAccuracy, RankerConfig};
+use cudaperf::timings::Timings;
+
+#[derive(Parser, Debug)]
+#[command(about = "Train the pairwise ranker and compare it with the hand-weighted score")]
+struct Args {
+    /// Output folder for the model, its curve and the cross-validation report.
+    #[arg(long, default_value = "runs/ranker")]
+    out: PathBuf,
+    /// Folds of the leave-tasks-out cross-validation.
+    #[arg(long, default_value_t = 5)]
+    cv: usize,
+    /// Seed (weights, shuffling, folds).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Hashed syntax n-gram buckets added to the structural features (0: none).
+    #[arg(long, default_value_t = 0)]
+    ngrams: usize,
+    /// Maximum epochs.
+    #[arg(long, default_value_t = 300)]
+    epochs: usize,
+    /// Fixtures folder.
+    #[arg(long)]
+    fixtures: Option<PathBuf>,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let fixtures = setup::fixtures_root(args.fixtures.as_deref())?;
+    // 1. Data: every correct, timed implementation and the pairs outside the noise.
+    let dataset = Dataset::load(fixtures.join("tasks"))?;
+    let timings = Timings::load(fixtures.join("timings/h200.json"))?;
+    let data = ranker::ranking_data(&dataset, &timings, args.ngrams)?;
+    println!(
+        "{} implementations, {} pairs, {} features, {} tasks (timings: {} on {})",
+        data.samples.len(),
+        data.pairs.len(),
+        data.feature_names.len(),
+        data.tasks().len(),
+        timings.device,
+        timings.date
+    );
+
+    // 2. Train on every task and save the model with its curve.
+    let config = RankerConfig::new()
+        .with_epochs(args.epochs)
+        .with_seed(args.seed);
+    let (model, history) = ranker::train(&data, &config, |_| {})?;
+    model.save(&args.out)?;
+    ranker::plot_history(&history, args.out.join("training.png"))?;
+    println!(
+        "trained in {:.2} s ({} epochs, best {}); model in {}",
+        history.seconds,
+        history.epochs.len(),
+        history.best_epoch,
+        args.out.display()
+    );
+
+    // 3. Leave-tasks-out: the learned ranker and the hand-weighted score on the same folds.
+    let learned = ranker::cross_validate(&data, args.cv, &config)?;
+    let hand_scores: HashMap<(String, String), f64> = dataset
+        .implementations()
+        .map(|(task, imp)| {
+            let f = analyze(imp.source.as_bytes());
+            (
+                (task.id.clone(), imp.name.clone()),
+                structural_score(&f, None, None).value,
+            )
+        })
+        .collect();
+    let hand = ranker::cross_validate_scorer(
+        &data,
+        args.cv,
+        &config,
+        "hand-weighted structural score",
+        |s| {
+            hand_scores
+                .get(&(s.task.clone(), s.name.clone()))
+                .copied()
+                .unwrap_or(0.0)
+        },
+    )?;
+    std::fs::write(
+        args.out.join("cv.json"),
+        serde_json::to_string_pretty(
+            &serde_json::json!({"learned": learned, "hand_weighted": hand}),
+        )?,
+    )?;
+
+    let pct = |a: &PairAccuracy| {
+        a.accuracy.map_or("-".to_string(), |x| {
+            format!("{:.1} % ({})", 100.0 * x, a.pairs)
+        })
+    };
+    println!(
+        "\nleave-tasks-out {}-fold pairwise accuracy (chance 50 %):\n",
+        args.cv
+    );
+    println!("| scorer | all pairs | c2cuda | torch2cuda | ≥ 2× apart | < 2× apart |");
+    println!("|---|---|---|---|---|---|");
+    for r in [&learned, &hand] {
+        let k = |name: &str| r.accuracy.by_kind.get(name).map_or("-".to_string(), pct);
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.scorer,
+            pct(&r.accuracy.overall),
+            k("c2cuda"),
+            k("torch2cuda"),
+            pct(&r.accuracy.ratio_at_least_2x),
+            pct(&r.accuracy.ratio_below_2x)
+        );
+    }
+    println!("| chance | 50 % | | | | |");
+    Ok(())
+}

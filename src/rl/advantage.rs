@@ -1,0 +1,562 @@
+//! Advantages of a group of samples: GRPO, Dr. GRPO, RLOO, discounted multi-turn returns,
+//! dropping zero-variance groups, and noise-aware speed terms.
+//!
+//! | estimator | advantage of sample `i` in a group of `G` | source |
+//! |---|---|---|
+//! | [`Estimator::Grpo`] | `(rᵢ − mean) / (std + ε)`, `std` with `G − 1` (as TRL) | Shao et al., 2024 (DeepSeekMath) |
+//! | [`Estimator::DrGrpo`] | `rᵢ − mean` | Liu et al., 2025 ("Understanding R1-Zero-like training") |
+//! | [`Estimator::Rloo`] | `rᵢ − mean_{j≠i} r_j = G/(G−1) · (rᵢ − mean)` | Ahmadian et al., 2024 |
+//!
+//! A group whose rewards are all equal teaches nothing (every advantage is 0) but still costs
+//! a forward and backward pass; DAPO (Yu et al., 2025) drops such groups ("dynamic sampling"):
+//! [`advantages`] returns `None` for them when [`AdvantageOptions::drop_zero_variance`] is set.
+//!
+//! Multi-turn: [`discounted_returns`] turns per-turn rewards into `G_t = Σ_{k≥t} γ^{k−t} r_k`
+//! (Kevin-32B uses γ = 0.4), so an early turn is credited for what its refinement achieved.
+//!
+//! Timing noise: two candidates whose speedup intervals overlap are not measurably different,
+//! yet their measured speedups differ, and GRPO would turn that difference into advantage.
+//! [`noise_aware_rewards`] gives every candidate of an overlapping cluster the cluster's mean
+//! speed term before advantages are computed.
+//!
+//! ```
+//! use cudaperf::rl::advantage::{advantages, grpo, rloo, AdvantageOptions, Estimator};
+//! # fn main() -> Result<(), cudaperf::rl::RlError> {
+//! let r = [1.0, 2.0, 3.0];
+//! assert_eq!(rloo(&r)?, vec![-1.5, 0.0, 1.5]);
+//! let a = grpo(&r, 0.0)?; // std = 1
+//! assert_eq!(a, vec![-1.0, 0.0, 1.0]);
+//! // A zero-variance group is dropped (DAPO).
+//! assert_eq!(advantages(&[0.5, 0.5], &AdvantageOptions::default())?, None);
+//! # Ok(()) }
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use super::{Result, RlError};
+use crate::reward::RewardReport;
+
+/// How a group's rewards become advantages (see the module table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Estimator {
+    /// `(r − mean) / (std + ε)`, the sample standard deviation (`G − 1`), as TRL computes it.
+    #[default]
+    Grpo,
+    /// `r − mean`: no division by the standard deviation (Dr. GRPO's bias fix).
+    DrGrpo,
+    /// Leave-one-out baseline: `rᵢ − mean of the others`. Needs `G ≥ 2`.
+    Rloo,
+}
+
+impl Estimator {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Estimator::Grpo => "grpo",
+            Estimator::DrGrpo => "dr_grpo",
+            Estimator::Rloo => "rloo",
+        }
+    }
+
+    /// Parses `grpo`, `dr_grpo` (or `drgrpo`, `dr-grpo`) and `rloo`.
+    pub fn parse(s: &str) -> Option<Estimator> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "grpo" => Some(Estimator::Grpo),
+            "dr_grpo" | "drgrpo" => Some(Estimator::DrGrpo),
+            "rloo" => Some(Estimator::Rloo),
+            _ => None,
+        }
+    }
+}
+
+/// Settings of [`advantages`]; every field has a documented default.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AdvantageOptions {
+    /// The estimator (default [`Estimator::Grpo`]).
+    pub estimator: Estimator,
+    /// ε added to the standard deviation by GRPO (default 1e-4, as TRL).
+    pub eps: f64,
+    /// Drop groups whose rewards are all equal (default true: DAPO's dynamic sampling).
+    pub drop_zero_variance: bool,
+    /// Rewards within this of each other count as equal (default 1e-9).
+    pub zero_variance_tol: f64,
+}
+
+impl Default for AdvantageOptions {
+    fn default() -> Self {
+        AdvantageOptions {
+            estimator: Estimator::Grpo,
+            eps: 1e-4,
+            drop_zero_variance: true,
+            zero_variance_tol: 1e-9,
+        }
+    }
+}
+
+impl AdvantageOptions {
+    /// Options with this estimator and the other defaults.
+    pub fn with_estimator(estimator: Estimator) -> AdvantageOptions {
+        AdvantageOptions {
+            estimator,
+            ..Default::default()
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if !(self.eps.is_finite() && self.eps >= 0.0) {
+            return Err(RlError::Option {
+                name: "eps",
+                reason: format!("is {}, must be finite and >= 0", self.eps),
+            });
+        }
+        if !(self.zero_variance_tol.is_finite() && self.zero_variance_tol >= 0.0) {
+            return Err(RlError::Option {
+                name: "zero_variance_tol",
+                reason: format!("is {}, must be finite and >= 0", self.zero_variance_tol),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check_rewards(rewards: &[f64]) -> Result<()> {
+    if rewards.is_empty() {
+        return Err(RlError::EmptyGroup);
+    }
+    match rewards.iter().position(|r| !r.is_finite()) {
+        Some(index) => Err(RlError::NonFinite {
+            index,
+            value: rewards[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// GRPO: `(rᵢ − mean) / (std + eps)` with the sample standard deviation (`G − 1`; 0 for a
+/// group of one).
+pub fn grpo(rewards: &[f64], eps: f64) -> Result<Vec<f64>> {
+    check_rewards(rewards)?;
+    let m = mean(rewards);
+    let n = rewards.len();
+    let std = if n > 1 {
+        (rewards.iter().map(|r| (r - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    let d = std + eps;
+    Ok(rewards
+        .iter()
+        .map(|r| if d > 0.0 { (r - m) / d } else { 0.0 })
+        .collect())
+}
+
+/// Dr. GRPO: `rᵢ − mean`.
+pub fn dr_grpo(rewards: &[f64]) -> Result<Vec<f64>> {
+    check_rewards(rewards)?;
+    let m = mean(rewards);
+    Ok(rewards.iter().map(|r| r - m).collect())
+}
+
+/// RLOO: `rᵢ − (Σ_{j≠i} r_j) / (G − 1)`. Needs at least two samples.
+pub fn rloo(rewards: &[f64]) -> Result<Vec<f64>> {
+    check_rewards(rewards)?;
+    let n = rewards.len();
+    if n < 2 {
+        return Err(RlError::GroupTooSmall {
+            estimator: "rloo",
+            needed: 2,
+            len: n,
+        });
+    }
+    let total: f64 = rewards.iter().sum();
+    Ok(rewards
+        .iter()
+        .map(|r| r - (total - r) / (n - 1) as f64)
+        .collect())
+}
+
+/// Whether every reward is within `tol` of every other (max − min ≤ tol).
+pub fn is_zero_variance(rewards: &[f64], tol: f64) -> bool {
+    let (lo, hi) = rewards
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &r| {
+            (lo.min(r), hi.max(r))
+        });
+    rewards.is_empty() || hi - lo <= tol
+}
+
+/// The advantages of one group with `opts.estimator`; `None` when the group is dropped
+/// because all its rewards are equal (and `opts.drop_zero_variance` is set).
+pub fn advantages(rewards: &[f64], opts: &AdvantageOptions) -> Result<Option<Vec<f64>>> {
+    opts.check()?;
+    check_rewards(rewards)?;
+    if opts.drop_zero_variance && is_zero_variance(rewards, opts.zero_variance_tol) {
+        return Ok(None);
+    }
+    Ok(Some(match opts.estimator {
+        Estimator::Grpo => grpo(rewards, opts.eps)?,
+        Estimator::DrGrpo => dr_grpo(rewards)?,
+        Estimator::Rloo => rloo(rewards)?,
+    }))
+}
+
+/// Discounted returns of one episode's per-turn rewards:
+/// `G_t = r_t + γ · G_{t+1}` (so `G_t = Σ_{k≥t} γ^{k−t} r_k`). γ must be in [0, 1].
+pub fn discounted_returns(rewards: &[f64], gamma: f64) -> Result<Vec<f64>> {
+    if !(0.0..=1.0).contains(&gamma) {
+        return Err(RlError::Gamma(gamma));
+    }
+    check_rewards(rewards)?;
+    let mut out = vec![0.0; rewards.len()];
+    let mut next = 0.0;
+    for (t, r) in rewards.iter().enumerate().rev() {
+        next = r + gamma * next;
+        out[t] = next;
+    }
+    Ok(out)
+}
+
+/// Gives every member of a cluster of overlapping intervals the cluster's mean value.
+///
+/// `values[i]` is sample `i`'s speed term and `intervals[i]` the 95 % interval of its speedup
+/// (`None`: not timed, left unchanged). Intervals are closed; clusters are the connected
+/// components of the overlap graph (A overlaps B and B overlaps C puts all three together:
+/// none of them is measurably different from its neighbour). Non-finite or reversed
+/// intervals count as `None`.
+///
+/// ```
+/// use cudaperf::rl::advantage::equalize_overlapping;
+/// let v = equalize_overlapping(
+///     &[0.9, 1.1, 2.0, 0.0],
+///     &[Some([1.8, 1.95]), Some([1.9, 2.2]), Some([3.9, 4.1]), None],
+/// );
+/// assert_eq!(v, vec![1.0, 1.0, 2.0, 0.0]);
+/// ```
+pub fn equalize_overlapping(values: &[f64], intervals: &[Option<[f64; 2]>]) -> Vec<f64> {
+    let mut out = values.to_vec();
+    let mut timed: Vec<(usize, f64, f64)> = intervals
+        .iter()
+        .enumerate()
+        .take(values.len())
+        .filter_map(|(i, iv)| {
+            let [lo, hi] = (*iv)?;
+            (lo.is_finite() && hi.is_finite() && lo <= hi && values[i].is_finite())
+                .then_some((i, lo, hi))
+        })
+        .collect();
+    timed.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let mut start = 0;
+    while start < timed.len() {
+        let mut end = start + 1;
+        let mut hi = timed[start].2;
+        while end < timed.len() && timed[end].1 <= hi {
+            hi = hi.max(timed[end].2);
+            end += 1;
+        }
+        let cluster = &timed[start..end];
+        let m = cluster.iter().map(|c| values[c.0]).sum::<f64>() / cluster.len() as f64;
+        for c in cluster {
+            out[c.0] = m;
+        }
+        start = end;
+    }
+    out
+}
+
+/// Which of a report's terms are speed terms (their weighted values get equalized).
+///
+/// The default matches the stage rewards this crate names after speed: `speedup`,
+/// `speedup_log2` (also inside gates, `correct|speedup_log2`) and KernelBench's `fast_p`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeedTermSelector {
+    /// A term is a speed term when its name contains one of these.
+    pub patterns: Vec<String>,
+}
+
+impl Default for SpeedTermSelector {
+    fn default() -> Self {
+        SpeedTermSelector {
+            patterns: vec!["speedup".into(), "fast_".into()],
+        }
+    }
+}
+
+impl SpeedTermSelector {
+    /// Whether `name` names a speed term.
+    pub fn matches(&self, name: &str) -> bool {
+        self.patterns.iter().any(|p| name.contains(p.as_str()))
+    }
+
+    /// The weighted speed contribution of a report (`None` when it has none).
+    fn speed_part(&self, report: &RewardReport) -> Option<f64> {
+        if report.terms.is_empty() {
+            // A bare speed reward: the whole value is the speed term.
+            return self.matches(&report.reward).then_some(report.value);
+        }
+        let parts: Vec<f64> = report
+            .terms
+            .iter()
+            .filter(|t| self.matches(&t.name))
+            .map(|t| t.weight * t.value)
+            .collect();
+        (!parts.is_empty()).then(|| parts.iter().sum())
+    }
+}
+
+/// Rewards of a group with timing noise removed: candidates whose speedup intervals
+/// (`stages.timing.ci95`) overlap get the mean of their speed terms; every other term is
+/// kept. Candidates without timing, or whose timing is `implausible` (no speedup awarded),
+/// are unchanged. Use the result in place of `report.value` before [`advantages`].
+///
+/// Errors when a report's value is not finite (a reward that could not be computed).
+/// `reports` is anything that yields `&RewardReport` (`&[RewardReport]`, `Vec<&RewardReport>`).
+pub fn noise_aware_rewards<'a>(
+    reports: impl IntoIterator<Item = &'a RewardReport>,
+) -> Result<Vec<f64>> {
+    noise_aware_rewards_with(reports, &SpeedTermSelector::default())
+}
+
+/// [`noise_aware_rewards`] with a custom choice of speed terms.
+pub fn noise_aware_rewards_with<'a>(
+    reports: impl IntoIterator<Item = &'a RewardReport>,
+    selector: &SpeedTermSelector,
+) -> Result<Vec<f64>> {
+    let reports: Vec<&RewardReport> = reports.into_iter().collect();
+    let values: Vec<f64> = reports.iter().map(|r| r.value).collect();
+    if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+        return Err(RlError::NonFinite {
+            index,
+            value: values[index],
+        });
+    }
+    let speed: Vec<Option<f64>> = reports.iter().map(|r| selector.speed_part(r)).collect();
+    let intervals: Vec<Option<[f64; 2]>> = reports
+        .iter()
+        .zip(&speed)
+        .map(|(r, s)| {
+            let t = r.stages.timing.as_ref()?;
+            s.filter(|_| !t.implausible)?;
+            Some(t.ci95)
+        })
+        .collect();
+    let raw: Vec<f64> = speed.iter().map(|s| s.unwrap_or(0.0)).collect();
+    let equal = equalize_overlapping(&raw, &intervals);
+    Ok(values
+        .iter()
+        .zip(raw.iter().zip(&equal))
+        .map(|(v, (old, new))| v - old + new)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reward::Term;
+
+    fn close(a: &[f64], b: &[f64]) {
+        assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() < 1e-9, "{a:?} vs {b:?}");
+        }
+    }
+
+    /// Rewards [1, 2, 3, 6]: mean 3, deviations [-2, -1, 0, 3], sum of squares 14,
+    /// sample std sqrt(14/3) = 2.160247.
+    #[test]
+    fn grpo_by_hand() {
+        let a = grpo(&[1.0, 2.0, 3.0, 6.0], 0.0).unwrap();
+        let s = (14.0f64 / 3.0).sqrt();
+        close(&a, &[-2.0 / s, -1.0 / s, 0.0, 3.0 / s]);
+        // eps is added to the std, not to the variance.
+        let a = grpo(&[0.0, 2.0], 1.0).unwrap(); // std = sqrt(2)
+        let d = 2f64.sqrt() + 1.0;
+        close(&a, &[-1.0 / d, 1.0 / d]);
+        // A group of one has no spread: advantage 0, not NaN.
+        close(&grpo(&[5.0], 1e-4).unwrap(), &[0.0]);
+        close(&grpo(&[5.0], 0.0).unwrap(), &[0.0]);
+    }
+
+    #[test]
+    fn dr_grpo_by_hand() {
+        close(
+            &dr_grpo(&[1.0, 2.0, 3.0, 6.0]).unwrap(),
+            &[-2.0, -1.0, 0.0, 3.0],
+        );
+    }
+
+    /// RLOO of [1, 2, 3, 6]: baselines (2+3+6)/3 = 11/3, (1+3+6)/3 = 10/3, 3, 2.
+    #[test]
+    fn rloo_by_hand() {
+        close(
+            &rloo(&[1.0, 2.0, 3.0, 6.0]).unwrap(),
+            &[1.0 - 11.0 / 3.0, 2.0 - 10.0 / 3.0, 0.0, 4.0],
+        );
+        assert_eq!(
+            rloo(&[1.0]),
+            Err(RlError::GroupTooSmall {
+                estimator: "rloo",
+                needed: 2,
+                len: 1
+            })
+        );
+    }
+
+    /// Kevin's γ = 0.4 on rewards [-0.75, 0.5, 2.0]:
+    /// G2 = 2, G1 = 0.5 + 0.4·2 = 1.3, G0 = -0.75 + 0.4·1.3 = -0.23.
+    #[test]
+    fn discounted_returns_by_hand() {
+        close(
+            &discounted_returns(&[-0.75, 0.5, 2.0], 0.4).unwrap(),
+            &[-0.23, 1.3, 2.0],
+        );
+        close(&discounted_returns(&[1.0, 2.0], 0.0).unwrap(), &[1.0, 2.0]);
+        close(&discounted_returns(&[1.0, 2.0], 1.0).unwrap(), &[3.0, 2.0]);
+        assert_eq!(discounted_returns(&[1.0], 1.5), Err(RlError::Gamma(1.5)));
+        assert!(discounted_returns(&[1.0], f64::NAN).is_err());
+    }
+
+    #[test]
+    fn zero_variance_groups_are_dropped_only_when_asked() {
+        let opts = AdvantageOptions::default();
+        assert_eq!(advantages(&[0.3, 0.3, 0.3], &opts).unwrap(), None);
+        let keep = AdvantageOptions {
+            drop_zero_variance: false,
+            ..opts
+        };
+        assert_eq!(
+            advantages(&[0.3, 0.3, 0.3], &keep).unwrap(),
+            Some(vec![0.0; 3])
+        );
+        // Within the tolerance counts as equal.
+        let tol = AdvantageOptions {
+            zero_variance_tol: 0.01,
+            ..opts
+        };
+        assert_eq!(advantages(&[0.3, 0.305], &tol).unwrap(), None);
+        assert!(advantages(&[0.3, 0.4], &opts).unwrap().is_some());
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        let opts = AdvantageOptions::default();
+        assert_eq!(advantages(&[], &opts), Err(RlError::EmptyGroup));
+        assert!(matches!(
+            advantages(&[1.0, f64::NAN], &opts),
+            Err(RlError::NonFinite { index: 1, value }) if value.is_nan()
+        ));
+        assert!(matches!(
+            advantages(&[1.0, f64::INFINITY], &opts),
+            Err(RlError::NonFinite { index: 1, .. })
+        ));
+        let bad = AdvantageOptions { eps: -1.0, ..opts };
+        assert!(matches!(
+            advantages(&[1.0, 2.0], &bad),
+            Err(RlError::Option { name: "eps", .. })
+        ));
+    }
+
+    /// Intervals [1.8, 1.95] and [1.9, 2.2] overlap → both get (0.9 + 1.1)/2 = 1.0;
+    /// [3.9, 4.1] stands alone; an untimed sample keeps its value. A chain a–b–c where a
+    /// and c do not overlap still forms one cluster.
+    #[test]
+    fn overlapping_intervals_share_their_mean() {
+        let v = equalize_overlapping(
+            &[0.9, 1.1, 2.0, 0.0],
+            &[Some([1.8, 1.95]), Some([1.9, 2.2]), Some([3.9, 4.1]), None],
+        );
+        close(&v, &[1.0, 1.0, 2.0, 0.0]);
+        let chain = equalize_overlapping(
+            &[0.0, 0.3, 0.6],
+            &[Some([1.0, 1.1]), Some([1.05, 1.2]), Some([1.15, 1.3])],
+        );
+        close(&chain, &[0.3, 0.3, 0.3]);
+        // Touching endpoints overlap (closed intervals); a reversed interval is ignored.
+        let t = equalize_overlapping(
+            &[1.0, 3.0, 5.0],
+            &[Some([1.0, 2.0]), Some([2.0, 3.0]), Some([9.0, 8.0])],
+        );
+        close(&t, &[2.0, 2.0, 5.0]);
+    }
+
+    fn report(
+        value: f64,
+        speed_term: f64,
+        ci: Option<[f64; 2]>,
+        implausible: bool,
+    ) -> RewardReport {
+        let timing = ci.map(|c| {
+            serde_json::from_value(serde_json::json!({
+                "config": "large", "reference_us": 100.0, "candidate_us": 50.0,
+                "speedup": 2.0, "raw_speedup": 2.0, "ci95": c, "noise_floor": 0.005,
+                "within_noise": false, "implausible": implausible, "floor_us": 10.0,
+                "achieved_gbps": 1.0, "repetitions": 20, "occupancy": []
+            }))
+            .expect("timing stage")
+        });
+        RewardReport {
+            value,
+            reward: "cudaperf".into(),
+            terms: vec![
+                Term {
+                    name: "outcome".into(),
+                    weight: 1.0,
+                    value: 1.0,
+                },
+                Term {
+                    name: "correct|speedup_log2".into(),
+                    weight: 0.3,
+                    value: speed_term,
+                },
+            ],
+            stages: crate::reward::Stages {
+                timing,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Two correct candidates at 1.95× and 2.05× with overlapping intervals: speed terms
+    /// 0.3·log2(1.95) = 0.28904 and 0.3·log2(2.05) = 0.31068 become their mean 0.29986, so
+    /// their rewards (1 + term + 0.1 structure) tie and GRPO gives them the same advantage.
+    /// The 4× candidate and the incorrect one (no timing) are unchanged.
+    #[test]
+    fn noise_aware_rewards_by_hand() {
+        let (l1, l2, l4) = (1.95f64.log2(), 2.05f64.log2(), 2.0);
+        let reports = [
+            report(1.0 + 0.3 * l1 + 0.1, l1, Some([1.90, 2.01]), false),
+            report(1.0 + 0.3 * l2 + 0.1, l2, Some([2.00, 2.10]), false),
+            report(1.0 + 0.3 * l4 + 0.1, l4, Some([3.95, 4.05]), false),
+            report(-0.1, 0.0, None, false),
+        ];
+        let r = noise_aware_rewards(&reports).unwrap();
+        let m = 0.3 * (l1 + l2) / 2.0;
+        close(&r, &[1.1 + m, 1.1 + m, 1.0 + 0.3 * l4 + 0.1, -0.1]);
+        let a = grpo(&r, 1e-4).unwrap();
+        assert!((a[0] - a[1]).abs() < 1e-12);
+        // Implausible timing is left alone (its speed term is already neutral).
+        let imp = [
+            report(1.0, 0.0, Some([1.0, 3.0]), true),
+            report(1.3, 1.0, Some([2.0, 2.1]), false),
+        ];
+        close(&noise_aware_rewards(&imp).unwrap(), &[1.0, 1.3]);
+        // A report without a finite value is an error.
+        assert!(matches!(
+            noise_aware_rewards(&[report(f64::NAN, 0.0, None, false)]),
+            Err(RlError::NonFinite { index: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn estimator_names_round_trip() {
+        for e in [Estimator::Grpo, Estimator::DrGrpo, Estimator::Rloo] {
+            assert_eq!(Estimator::parse(e.as_str()), Some(e));
+        }
+        assert_eq!(Estimator::parse("Dr-GRPO"), Some(Estimator::DrGrpo));
+        assert_eq!(Estimator::parse("ppo"), None);
+    }
+}
