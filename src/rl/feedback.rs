@@ -180,13 +180,13 @@ pub fn withheld_reason(t: &TimingStage) -> Option<String> {
     if t.implausible {
         let floor = t.floor_us.max(t.compute_floor_us);
         return Some(format!(
-            "the measured time ({}) is below the physical floor ({}: the bytes the kernel must read and write at full memory bandwidth{}), so the measurement cannot be trusted",
+            "the measured time ({}) is below the physical floor ({} {}), so the measurement cannot be trusted",
             fmt_us(t.candidate_us),
             fmt_us(floor),
             if t.compute_floor_us > t.floor_us {
-                ", or the task's arithmetic at the device's peak rate"
+                "to do the task's arithmetic at the device's peak rate"
             } else {
-                ""
+                "to move the bytes the kernel must read and write at full memory bandwidth"
             }
         ));
     }
