@@ -34,6 +34,8 @@ mod prompt;
 pub mod ranker;
 pub mod reward;
 pub mod sandbox;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod syntax;
 pub mod task;
 pub mod timings;
