@@ -57,7 +57,7 @@ fn args() -> Result<Args, String> {
             other => return Err(format!("unknown option `{other}`")),
         }
     }
-    if a.clients == 0 || a.group == 0 || !(a.seconds > 0.0) {
+    if a.clients == 0 || a.group == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
         return Err("--clients, --group and --seconds must be positive".into());
     }
     Ok(a)

@@ -454,6 +454,9 @@ fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Gives a task file's path and text from `(field, name)`.
+type FileReader<'a> = dyn Fn(&str, &str) -> Result<(PathBuf, String), TaskError> + 'a;
+
 /// A file named by a task must be a plain relative name inside the task folder.
 fn check_task_file_name(toml: &Path, field: &str, name: &str) -> Result<(), TaskError> {
     let rel = Path::new(name);
@@ -593,7 +596,7 @@ impl Task {
         toml_path: &Path,
         dir: &Path,
         limits: &TaskLimits,
-        read: &dyn Fn(&str, &str) -> Result<(PathBuf, String), TaskError>,
+        read: &FileReader,
     ) -> Result<Task, TaskError> {
         let raw: RawTask = toml::from_str(text).map_err(|e| TaskError::Parse {
             path: toml_path.to_path_buf(),

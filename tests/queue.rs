@@ -125,6 +125,7 @@ fn a_killed_node_s_job_is_reclaimed_and_answered_once() {
         .query(&mut c)
         .unwrap();
     assert_eq!(pending.count(), 0);
+    eprintln!("--- alpha\n{}\n--- beta\n{}", a.output(), b.output());
     // The server answered each completion once.
     let m = get(&agent(Duration::from_secs(10)), &format!("{url}/metrics")).body;
     assert_eq!(
@@ -145,7 +146,7 @@ fn redis_restart_is_reported_and_recovered() {
     let redis = Redis::start(None);
     let port = redis.port;
     let q = redis.url();
-    let (_serve, url) = start_serve(&["--queue", &q]);
+    let (serve, url) = start_serve(&["--queue", &q]);
     let node = start_node(&q, "gamma", &["--visibility-timeout", "2"]);
     let a = agent(Duration::from_secs(30));
     // Healthy first.
@@ -207,6 +208,11 @@ fn redis_restart_is_reported_and_recovered() {
             .map(|t| t.join().unwrap())
             .collect::<Vec<_>>(),
         2,
+    );
+    eprintln!(
+        "--- serve\n{}\n--- gamma\n{}",
+        serve.output(),
+        node.output()
     );
     let m = get(&a, &format!("{url}/metrics")).body;
     assert_eq!(

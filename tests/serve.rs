@@ -185,7 +185,7 @@ fn queue_full_and_deadline() {
     let refused: Vec<&Answer> = answers.iter().filter(|a| a.status == 429).collect();
     let served: Vec<&Answer> = answers.iter().filter(|a| a.status == 200).collect();
     assert_eq!(refused.len() + served.len(), 6, "{answers:?}");
-    assert!(!refused.is_empty() && served.len() >= 1, "{answers:?}");
+    assert!(!refused.is_empty() && !served.is_empty(), "{answers:?}");
     for r in &refused {
         let secs: u64 = r.retry_after.as_deref().unwrap().parse().unwrap();
         assert!((1..=60).contains(&secs));

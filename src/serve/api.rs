@@ -109,7 +109,8 @@ pub struct JobSpec {
 /// `verdict` is one of `correct`, `incorrect`, `extract_error`, `compile_error`,
 /// `invalid_launch`, `cuda_error`, `timeout`, `crashed`, `reference_failed`,
 /// `unavailable` (the evaluation verdicts of `reward::Verdict`), or `compiled` when the
-/// reward did not need the GPU stages. `value` is `null` whenever no reward could be
+/// reward did not need the GPU stages (`extracted` when it did not even compile).
+/// `value` is `null` whenever no reward could be
 /// computed (`unavailable`, or `timeout` when the request's deadline passed first), and
 /// `reason` says why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -61,8 +61,18 @@ pub struct BadRequest {
 fn bad(message: impl Into<String>) -> BadRequest {
     BadRequest {
         status: 400,
-        message: message.into(),
+        message: one_line(&message.into()),
     }
+}
+
+/// Joins a multi-line message (a TOML parser's, with its source excerpt) into one line.
+pub(crate) fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != "|")
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[derive(Deserialize)]
@@ -125,6 +135,16 @@ pub(crate) fn parse(
     limits: &Limits,
     tasks: &TaskStore,
 ) -> Result<ParsedRequest, BadRequest> {
+    // A struct also deserialises from an array; only an object is a request.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(v) => bad(format!(
+                "request body: expected a JSON object {{\"task\", \"completions\", ...}}, got {}",
+                kind_of(&v)
+            )),
+            Err(e) => bad(format!("malformed JSON: {e}")),
+        });
+    }
     let raw: RawRequest = typed(&mut serde_json::Deserializer::from_slice(body), "")?;
     let task_ref = match raw.task {
         serde_json::Value::String(id) => TaskRef::Id(id),
@@ -177,7 +197,7 @@ pub(crate) fn parse(
     let task = tasks.resolve(&task_ref).map_err(|e| match e {
         TaskRefError::Unknown { .. } => BadRequest {
             status: 404,
-            message: e.to_string(),
+            message: one_line(&e.to_string()),
         },
         TaskRefError::Invalid(_) => bad(e.to_string()),
     })?;
@@ -217,7 +237,8 @@ mod tests {
     fn bad_bodies_name_the_field() {
         let cases: &[(&str, u16, &str)] = &[
             ("{", 400, "malformed JSON"),
-            ("[1,2]", 400, "request body"),
+            ("[1,2]", 400, "request body: expected a JSON object"),
+            ("", 400, "malformed JSON"),
             (r#"{"completions": ["x"]}"#, 400, "missing field `task`"),
             (
                 r#"{"task": "vector_add"}"#,
@@ -257,7 +278,7 @@ mod tests {
             (
                 r#"{"task": "vector_add", "completions": ["x"], "reward": {"preset": "cudaperf", "weights": {"sped": 1}}}"#,
                 400,
-                "field `reward.weights`: unknown field `sped`",
+                "field `reward.weights.sped`: unknown field `sped`",
             ),
             (
                 r#"{"task": "vector_add", "completions": ["x"], "reward": {"preset": "cudaperf", "weights": {"speed": "a"}}}"#,

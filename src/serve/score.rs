@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::api::{ItemResult, JobSpec};
 use crate::exec::ExecStatus;
 use crate::reward::{
-    Context, Evaluator, Reward, RewardError, RewardReport, Scored, Stages, Submission, Verdict,
+    Context, Evaluator, Reward, RewardError, RewardReport, Scored, Stage, Stages, Submission,
+    Verdict,
 };
 use crate::task::Task;
 
@@ -129,10 +130,10 @@ pub fn run_job(
             .map(|c| Submission::from_completion(c.as_str()))
             .collect();
         let ctx = Context::new(task, evaluator).at_step(job.step);
-        score_group(reward, &ctx, &subs)
+        (score_group(reward, &ctx, &subs), reward.needs(&ctx))
     }));
     match run {
-        Ok(scored) => {
+        Ok((scored, needs)) => {
             for (index, r) in scored.into_iter().enumerate() {
                 let report = match &r {
                     Ok(s) => Some(&s.report),
@@ -141,7 +142,9 @@ pub fn run_job(
                 if let Some(rep) = report {
                     collect_stage_times(&rep.stages, &mut outcome.stages);
                 }
-                outcome.results.push(item_result(index, r, job.report));
+                outcome
+                    .results
+                    .push(item_result(index, r, job.report, needs));
             }
         }
         Err(panic) => {
@@ -174,15 +177,17 @@ fn collect_stage_times(stages: &Stages, out: &mut StageTimes) {
 }
 
 /// One completion's result: the value and verdict, or `unavailable` with the reason and
-/// the partial report. Never a made-up number.
+/// the partial report. Never a made-up number. `needs` is the last stage the reward
+/// read ([`Reward::needs`]); stages past it do not decide the verdict.
 pub fn item_result(
     index: usize,
     r: crate::reward::Result<Scored>,
     with_report: bool,
+    needs: Stage,
 ) -> ItemResult {
     let (verdict, value, reason, report) = match r {
         Ok(Scored { value, report }) if value.is_finite() => {
-            let (verdict, reason) = verdict_of(&report.stages);
+            let (verdict, reason) = verdict_of(&report.stages, needs);
             (verdict, Some(value), reason, report)
         }
         Ok(Scored { value, report }) => (
@@ -219,14 +224,18 @@ fn report_json(report: &RewardReport) -> Option<serde_json::Value> {
     serde_json::to_value(report).ok()
 }
 
-/// The verdict of the stages a reward ran, and the first reason it is not `correct`.
-/// `compiled` when the reward stopped before the GPU stages.
-pub fn verdict_of(stages: &Stages) -> (&'static str, Option<String>) {
+/// The verdict of the stages a reward read (up to `needs`), and the first reason it is not
+/// `correct`: `extracted` or `compiled` when the reward stopped before compiling or before
+/// the GPU stages (an evaluation remembered from another reward may hold more stages).
+pub fn verdict_of(stages: &Stages, needs: Stage) -> (&'static str, Option<String>) {
     if !stages.extract.ok {
         return (Verdict::ExtractError.as_str(), stages.extract.error.clone());
     }
+    if needs < Stage::Compile {
+        return ("extracted", None);
+    }
     match &stages.compile {
-        None => return ("compiled", None),
+        None => return ("extracted", None),
         Some(c) if c.status == "unavailable" => {
             return (Verdict::Unavailable.as_str(), c.reason.clone())
         }
@@ -235,6 +244,9 @@ pub fn verdict_of(stages: &Stages) -> (&'static str, Option<String>) {
             return (Verdict::CompileError.as_str(), Some(why));
         }
         _ => {}
+    }
+    if needs < Stage::Correctness {
+        return ("compiled", None);
     }
     if let Some(c) = &stages.correctness {
         if c.passed {
