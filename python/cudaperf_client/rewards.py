@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from .client import Completion, CudaperfClient, CudaperfUnavailable
+from .client import Completion, CudaperfClient, CudaperfError, CudaperfUnavailable
 
 
 def _step_of(kwargs: Mapping[str, Any]) -> Optional[int]:
@@ -50,7 +50,10 @@ def score_by_task(
         for idx, results in pool.map(one, groups.items()):
             for i, r in zip(idx, results):
                 out[i] = r
-    return [r for r in out if r is not None]
+    missing = [i for i, r in enumerate(out) if r is None]
+    if missing:
+        raise CudaperfError(0, f"the server answered no result for completions {missing}")
+    return out  # type: ignore[return-value]
 
 
 def trl_reward(

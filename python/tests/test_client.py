@@ -171,3 +171,14 @@ def test_metrics_count_what_was_served(client):
     assert 'cudaperf_completions_total{verdict="extract_error"}' in text
     assert "cudaperf_stage_duration_seconds_bucket" in text
     assert "cudaperf_queue_depth" in text
+
+
+def test_verl_loads_the_entry_file_by_path(repo, server_url, monkeypatch):
+    # The way verl's get_custom_reward_fn loads `custom_reward_function.path`.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("custom_module", repo / "python" / "verl_reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(rewards_mod, "_default_client", CudaperfClient(server_url, timeout=300))
+    assert module.compute_score("x", NO_CODE, "vector_add")["verdict"] == "extract_error"
