@@ -1,7 +1,7 @@
 //! The JSON shapes of `cudaperf serve`: requests, per-completion results, errors.
 //!
-//! `POST /v1/score` takes a [`ScoreRequest`]-shaped body and answers a [`ScoreResponse`]
-//! with one [`ItemResult`] per completion, in the order of the request:
+//! `POST /v1/score` answers a [`ScoreResponse`] with one [`ItemResult`] per completion, in
+//! the order of the request. A request body:
 //!
 //! ```json
 //! {"task": "vector_add", "completions": ["```cuda\n...```"], "step": 120,

@@ -5,7 +5,7 @@
 //! * [`run_server`] (or [`Server::start`] in-process) answers `POST /v1/score` and the
 //!   other routes of [`http`]. Without a queue it scores in this process: a bounded queue
 //!   of jobs in front of a few blocking threads that share one
-//!   [`Evaluator`](crate::reward::Evaluator) (its compile cache and GPU worker pools), so
+//!   [`crate::reward::Evaluator`] (its compile cache and GPU worker pools), so
 //!   many trainers share one pipeline and the async reactor never blocks.
 //! * With [`QueueConfig`] the server puts each job on a Redis Stream and
 //!   [`run_node`] on every GPU host consumes it (see [`queue`] for the protocol:
