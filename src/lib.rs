@@ -39,6 +39,8 @@ pub mod ranker;
 pub mod reward;
 pub mod rl;
 pub mod sandbox;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod syntax;
 pub mod task;
 pub mod timings;

@@ -461,6 +461,27 @@ fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Gives a task file's path and text from `(field, name)`.
+type FileReader<'a> = dyn Fn(&str, &str) -> Result<(PathBuf, String), TaskError> + 'a;
+
+/// A file named by a task must be a plain relative name inside the task folder.
+fn check_task_file_name(toml: &Path, field: &str, name: &str) -> Result<(), TaskError> {
+    let rel = Path::new(name);
+    if name.is_empty()
+        || rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(TaskError::Invalid {
+            path: toml.to_path_buf(),
+            field: field.to_string(),
+            message: format!("`{name}` must be a file name inside the task folder"),
+        });
+    }
+    Ok(())
+}
+
 /// Reads a file that must stay inside the task folder.
 fn read_task_file(
     dir: &Path,
@@ -473,18 +494,8 @@ fn read_task_file(
         field: field.to_string(),
         message,
     };
-    let rel = Path::new(name);
-    if name.is_empty()
-        || rel.is_absolute()
-        || rel
-            .components()
-            .any(|c| !matches!(c, std::path::Component::Normal(_)))
-    {
-        return Err(invalid(format!(
-            "`{name}` must be a file name inside the task folder"
-        )));
-    }
-    let path = dir.join(rel);
+    check_task_file_name(toml, field, name)?;
+    let path = dir.join(name);
     match std::fs::read(&path) {
         Ok(bytes) => String::from_utf8(bytes)
             .map(|s| (path.clone(), s))
@@ -528,6 +539,71 @@ impl Task {
         toml_path: &Path,
         dir: &Path,
         limits: &TaskLimits,
+    ) -> Result<Task, TaskError> {
+        Task::from_toml_with(text, toml_path, dir, limits, &|field, name| {
+            read_task_file(dir, toml_path, field, name)
+        })
+    }
+
+    /// Parses and validates task TOML text whose files (original, reference,
+    /// implementations) are given as text, keyed by the names the TOML uses, instead of
+    /// being read from a folder; the id of a task built this way is not checked against a
+    /// folder name. Messages name `task.toml` and the field, as [`Task::load`]'s do; a file
+    /// the TOML names but `files` lacks is reported on that field.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use cudaperf::task::{Task, TaskLimits};
+    /// let toml = r#"
+    /// id = "scale"
+    /// kind = "c2cuda"
+    /// original = "original.c"
+    /// reference = "reference.cu"
+    /// [[params]]
+    /// name = "y"
+    /// kind = "buffer"
+    /// direction = "out"
+    /// dtype = "f32"
+    /// len = "n"
+    /// [[configs]]
+    /// name = "small"
+    /// sizes = { n = 1024 }
+    /// "#;
+    /// let files = BTreeMap::from([
+    ///     ("original.c".to_string(), "void scale(float* y, int n);".to_string()),
+    ///     ("reference.cu".to_string(), "// @launch k grid=(1) block=(1)".to_string()),
+    /// ]);
+    /// let task = Task::from_toml_and_files(toml, &files, &TaskLimits::default())?;
+    /// assert_eq!(task.id, "scale");
+    /// # Ok::<(), cudaperf::task::TaskError>(())
+    /// ```
+    pub fn from_toml_and_files(
+        text: &str,
+        files: &BTreeMap<String, String>,
+        limits: &TaskLimits,
+    ) -> Result<Task, TaskError> {
+        let toml_path = Path::new("task.toml");
+        Task::from_toml_with(text, toml_path, Path::new(""), limits, &|field, name| {
+            check_task_file_name(toml_path, field, name)?;
+            match files.get(name) {
+                Some(text) => Ok((PathBuf::from(name), text.clone())),
+                None => Err(TaskError::Invalid {
+                    path: toml_path.to_path_buf(),
+                    field: field.to_string(),
+                    message: format!("file `{name}` was not provided"),
+                }),
+            }
+        })
+    }
+
+    /// The validation behind [`Task::from_toml_str`] and [`Task::from_toml_and_files`];
+    /// `read(field, name)` gives a named file's path and text.
+    fn from_toml_with(
+        text: &str,
+        toml_path: &Path,
+        dir: &Path,
+        limits: &TaskLimits,
+        read: &FileReader,
     ) -> Result<Task, TaskError> {
         let raw: RawTask = toml::from_str(text).map_err(|e| TaskError::Parse {
             path: toml_path.to_path_buf(),
@@ -763,9 +839,9 @@ impl Task {
             }
         };
 
-        let (_, original) = read_task_file(dir, toml_path, "original", &raw.original)?;
+        let (_, original) = read("original", &raw.original)?;
         let load_impl = |field: String, file: &str| -> Result<Implementation, TaskError> {
-            let (path, source) = read_task_file(dir, toml_path, &field, file)?;
+            let (path, source) = read(&field, file)?;
             let name = Path::new(file)
                 .file_stem()
                 .and_then(|s| s.to_str())

@@ -308,3 +308,65 @@ fn flops_is_loaded() {
     );
     assert!(common::vector_add().flops.is_none());
 }
+
+/// A task from TOML text and in-memory files validates like a folder: the same errors,
+/// naming `task.toml` and the field; a file the TOML names but `files` lacks is reported on
+/// that field; names that leave the task folder are refused before any lookup.
+#[test]
+fn from_toml_and_files_validates_like_the_loader() {
+    use std::collections::BTreeMap;
+    let dir = common::fixture("tasks/vector_add");
+    let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+    let mut files = BTreeMap::new();
+    for name in [
+        "original.c",
+        "reference.cu",
+        "vectorized_float4.cu",
+        "grid_stride_unroll4.cu",
+        "strided_blocks.cu",
+    ] {
+        files.insert(
+            name.to_string(),
+            std::fs::read_to_string(dir.join(name)).unwrap(),
+        );
+    }
+    let limits = TaskLimits::default();
+    let from_disk = Task::load(&dir).unwrap();
+    let t = Task::from_toml_and_files(&toml, &files, &limits).unwrap();
+    assert_eq!(t.id, from_disk.id);
+    assert_eq!(t.params, from_disk.params);
+    assert_eq!(t.reference.source, from_disk.reference.source);
+    assert_eq!(t.implementations.len(), 3);
+
+    let mut missing = files.clone();
+    missing.remove("strided_blocks.cu");
+    match Task::from_toml_and_files(&toml, &missing, &limits) {
+        Err(TaskError::Invalid {
+            path,
+            field,
+            message,
+        }) => {
+            assert_eq!(path, Path::new("task.toml"));
+            assert_eq!(field, "implementations[2]");
+            assert!(message.contains("strided_blocks.cu"), "{message}");
+        }
+        other => panic!("expected a missing-file error, got {other:?}"),
+    }
+    let escaping = toml.replace("reference = \"reference.cu\"", "reference = \"../x.cu\"");
+    let mut with_escape = files.clone();
+    with_escape.insert("../x.cu".into(), "secret".into());
+    match Task::from_toml_and_files(&escaping, &with_escape, &limits) {
+        Err(TaskError::Invalid { field, message, .. }) => {
+            assert_eq!(field, "reference");
+            assert!(message.contains("inside the task folder"), "{message}");
+        }
+        other => panic!("expected the name to be refused, got {other:?}"),
+    }
+    let bad_dtype = toml.replacen("dtype = \"f32\"", "dtype = \"f31\"", 1);
+    let e = Task::from_toml_and_files(&bad_dtype, &files, &limits).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("task.toml: field `params[0].dtype`"),
+        "{e}"
+    );
+}

@@ -83,6 +83,12 @@ enum Command {
         #[command(flatten)]
         compile: CompileArgs,
     },
+    /// Serve rewards over HTTP/JSON (POST /v1/score, GET /v1/tasks, /healthz, /metrics).
+    #[cfg(feature = "serve")]
+    Serve(Box<ServeArgs>),
+    /// Consume scoring jobs from the Redis queue that `serve --queue` feeds.
+    #[cfg(feature = "serve")]
+    Node(Box<NodeArgs>),
     /// Print the structural features of a candidate (.cu) or completion (.md).
     Features {
         /// The candidate file.
@@ -167,6 +173,165 @@ enum Command {
         #[command(flatten)]
         compile: CompileArgs,
     },
+}
+
+/// Where the Redis queue is and how it behaves (`serve --queue` and `node`).
+#[cfg(feature = "serve")]
+#[derive(clap::Args, Clone)]
+struct QueueArgs {
+    /// Key prefix of the streams and results in Redis.
+    #[arg(long, default_value = "cudaperf")]
+    queue_prefix: String,
+    /// Seconds a job may sit with a node that stopped renewing its claim before another
+    /// node takes it over.
+    #[arg(long, default_value_t = 60.0)]
+    visibility_timeout: f64,
+    /// Seconds results are kept in Redis.
+    #[arg(long, default_value_t = 3600.0)]
+    result_ttl: f64,
+    /// Deliveries after which a job is answered `crashed` instead of run again.
+    #[arg(long, default_value_t = 3)]
+    max_deliveries: usize,
+}
+
+#[cfg(feature = "serve")]
+impl QueueArgs {
+    fn config(&self, url: &str) -> Result<cudaperf::serve::QueueConfig, String> {
+        let secs = |name: &str, v: f64| {
+            if v > 0.0 && v.is_finite() {
+                Ok(std::time::Duration::from_secs_f64(v))
+            } else {
+                Err(format!("--{name} must be a positive number of seconds"))
+            }
+        };
+        Ok(cudaperf::serve::QueueConfig {
+            url: url.to_string(),
+            prefix: self.queue_prefix.clone(),
+            visibility_timeout: secs("visibility-timeout", self.visibility_timeout)?,
+            result_ttl: secs("result-ttl", self.result_ttl)?,
+            max_deliveries: self.max_deliveries.max(1),
+        })
+    }
+}
+
+#[cfg(feature = "serve")]
+fn eval_options(compile: &CompileArgs, no_gpu: bool) -> Result<EvalOptions, String> {
+    Ok(EvalOptions {
+        compile: compile.options()?,
+        no_gpu,
+        ..Default::default()
+    })
+}
+
+#[cfg(feature = "serve")]
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0: any free port; the bound address is printed on stdout).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Tasks folder served by id (without it, requests carry inline tasks).
+    #[arg(long)]
+    tasks: Option<PathBuf>,
+    /// Scoring threads (each scores one group at a time).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Jobs that may wait before requests are refused with 429.
+    #[arg(long, default_value_t = 64)]
+    queue_len: usize,
+    /// Most completions in one request.
+    #[arg(long, default_value_t = 64)]
+    max_completions: usize,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    max_body_bytes: usize,
+    /// Deadline of a request that gives none, seconds.
+    #[arg(long, default_value_t = 600.0)]
+    deadline: f64,
+    /// Longest deadline a request may ask for, seconds.
+    #[arg(long, default_value_t = 3600.0)]
+    max_deadline: f64,
+    /// Put jobs on this Redis queue (redis://host:port) for `cudaperf node`s instead of
+    /// scoring in this process.
+    #[arg(long)]
+    queue: Option<String>,
+    #[command(flatten)]
+    queue_args: QueueArgs,
+    /// Skip the GPU stages even when a GPU is present.
+    #[arg(long)]
+    no_gpu: bool,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+#[cfg(feature = "serve")]
+#[derive(clap::Args)]
+struct NodeArgs {
+    /// The Redis queue (redis://host:port) that `cudaperf serve --queue` feeds.
+    #[arg(long)]
+    queue: String,
+    #[command(flatten)]
+    queue_args: QueueArgs,
+    /// Consumer name (default: <hostname>-<pid>).
+    #[arg(long)]
+    name: Option<String>,
+    /// Tasks folder for jobs that name a task by id (the server's).
+    #[arg(long)]
+    tasks: Option<PathBuf>,
+    /// Jobs scored at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Skip the GPU stages even when a GPU is present.
+    #[arg(long)]
+    no_gpu: bool,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+#[cfg(feature = "serve")]
+fn serve(a: ServeArgs) -> Result<ExitCode, String> {
+    let secs = |name: &str, v: f64| {
+        if v > 0.0 && v.is_finite() {
+            Ok(std::time::Duration::from_secs_f64(v))
+        } else {
+            Err(format!("--{name} must be a positive number of seconds"))
+        }
+    };
+    let config = cudaperf::serve::ServeConfig {
+        host: a.host,
+        port: a.port,
+        tasks_dir: a.tasks,
+        eval: eval_options(&a.compile, a.no_gpu)?,
+        workers: a.workers.max(1),
+        limits: cudaperf::serve::Limits {
+            max_body_bytes: a.max_body_bytes,
+            max_completions: a.max_completions.max(1),
+            queue_len: a.queue_len.max(1),
+            default_deadline: secs("deadline", a.deadline)?,
+            max_deadline: secs("max-deadline", a.max_deadline)?,
+        },
+        queue: match &a.queue {
+            Some(url) => Some(a.queue_args.config(url)?),
+            None => None,
+        },
+    };
+    cudaperf::serve::run_server(config).map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(feature = "serve")]
+fn node(a: NodeArgs) -> Result<ExitCode, String> {
+    let config = cudaperf::serve::NodeConfig {
+        queue: a.queue_args.config(&a.queue)?,
+        name: a.name,
+        tasks_dir: a.tasks,
+        eval: eval_options(&a.compile, a.no_gpu)?,
+        concurrency: a.concurrency.max(1),
+    };
+    cudaperf::serve::run_node(config).map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Subcommand)]
@@ -854,6 +1019,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
+        #[cfg(feature = "serve")]
+        Command::Serve(a) => serve(*a),
+        #[cfg(feature = "serve")]
+        Command::Node(a) => node(*a),
         Command::Score {
             task,
             files,

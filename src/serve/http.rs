@@ -1,0 +1,380 @@
+//! Routes, limits and error answers of `cudaperf serve` (axum).
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /v1/score` | [`ScoreResponse`] (see [`super::api`]) |
+//! | `GET /v1/tasks` | `{"tasks": [TaskSummary, ...]}` |
+//! | `GET /v1/tasks/{id}` | [`super::api::TaskDetail`] with the prompt |
+//! | `GET /healthz` | `200 {"status": "ok", ...}` or `503 {"status": "unavailable", "reason"}` |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! Errors: `400` bad JSON, types or values (the message names the field), `404` unknown
+//! task or route, `405` wrong method, `413` body over the limit, `429` queue full (with
+//! `Retry-After`), `503` queue unavailable or shutting down (with `Retry-After`). A bad
+//! request never reaches the evaluator.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use super::api::{ErrorBody, ScoreResponse, Timing};
+use super::metrics::Metrics;
+use super::pool::{LocalJob, LocalPool, Rejected};
+use super::queue::{QueueClient, QueueError};
+use super::request::{parse, Limits};
+use super::score::{timeout_item, JobOutcome};
+use super::tasks::TaskStore;
+
+/// Where accepted jobs go.
+pub(crate) enum Backend {
+    /// Scored in this process.
+    Local(LocalPool),
+    /// Put on the Redis stream for the nodes.
+    Queue(Arc<QueueClient>),
+}
+
+/// Everything a handler needs.
+pub(crate) struct AppState {
+    pub tasks: Arc<TaskStore>,
+    pub limits: Limits,
+    pub backend: Backend,
+    pub metrics: Arc<Metrics>,
+    /// Moving average of a group's scoring time (f64 bits, seconds), for `Retry-After`.
+    pub avg_score_s: AtomicU64,
+}
+
+impl AppState {
+    fn depth(&self) -> usize {
+        match &self.backend {
+            Backend::Local(p) => p.depth(),
+            Backend::Queue(q) => q.depth(),
+        }
+    }
+
+    /// Seconds until a queue slot is likely free (1 … 60).
+    fn retry_after(&self) -> u64 {
+        let avg = f64::from_bits(self.avg_score_s.load(Ordering::Relaxed));
+        let workers = match &self.backend {
+            Backend::Local(p) => p.workers(),
+            Backend::Queue(_) => 1,
+        } as f64;
+        let est = avg * (self.depth() as f64) / workers.max(1.0);
+        (est.ceil() as u64).clamp(1, 60)
+    }
+
+    fn note_score_time(&self, seconds: f64) {
+        let old = f64::from_bits(self.avg_score_s.load(Ordering::Relaxed));
+        let new = if old == 0.0 {
+            seconds
+        } else {
+            0.8 * old + 0.2 * seconds
+        };
+        self.avg_score_s.store(new.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// The router with every route and the body limit.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let limit = state.limits.max_body_bytes;
+    Router::new()
+        .route("/v1/score", post(score))
+        .route("/v1/tasks", get(list_tasks))
+        .route("/v1/tasks/{id}", get(task_detail))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let message: String = message.into();
+    // One line, always.
+    let message = message.replace('\n', " ");
+    (status, Json(ErrorBody { error: message })).into_response()
+}
+
+fn with_retry_after(mut r: Response, seconds: u64) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
+}
+
+fn record(st: &AppState, route: &str, status: StatusCode, start: Instant) {
+    st.metrics
+        .requests
+        .with_label_values(&[route, status.as_str()])
+        .inc();
+    st.metrics
+        .request_seconds
+        .with_label_values(&[route])
+        .observe(start.elapsed().as_secs_f64());
+}
+
+async fn score(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let start = Instant::now();
+    let r = score_inner(&st, body, start).await;
+    record(&st, "/v1/score", r.status(), start);
+    st.metrics.queue_depth.set(st.depth() as i64);
+    r
+}
+
+async fn score_inner(
+    st: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    start: Instant,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rej) => {
+            st.metrics.rejected.with_label_values(&["body"]).inc();
+            let status = rej.status();
+            let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                format!(
+                    "request body: larger than this server's limit of {} bytes",
+                    st.limits.max_body_bytes
+                )
+            } else {
+                format!("request body: {}", rej.body_text())
+            };
+            return error(status, msg);
+        }
+    };
+    let parsed = match parse(&body, &st.limits, &st.tasks) {
+        Ok(p) => p,
+        Err(e) => {
+            st.metrics.rejected.with_label_values(&["invalid"]).inc();
+            let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+            return error(status, e.message);
+        }
+    };
+    let n = parsed.job.completions.len();
+    let deadline = parsed.deadline;
+    let deadline_ms = deadline.as_millis() as u64;
+    let task_id = parsed.task.id.clone();
+    let step = parsed.job.step;
+    let reward_name = parsed.reward.name();
+    let answer: Option<(JobOutcome, f64)> = match &st.backend {
+        Backend::Local(pool) => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let job = LocalJob {
+                task: parsed.task,
+                spec: parsed.job,
+                reward: parsed.reward,
+                deadline_ms,
+                enqueued: Instant::now(),
+                reply: tx,
+            };
+            match pool.try_submit(job) {
+                Ok(()) => {}
+                Err(Rejected::Full) => {
+                    st.metrics.rejected.with_label_values(&["queue_full"]).inc();
+                    return with_retry_after(
+                        error(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            format!(
+                                "queue full: {} jobs waiting (limit {}); retry later",
+                                pool.depth(),
+                                st.limits.queue_len
+                            ),
+                        ),
+                        st.retry_after(),
+                    );
+                }
+                Err(Rejected::Closed) => {
+                    return with_retry_after(
+                        error(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "the server is shutting down",
+                        ),
+                        1,
+                    )
+                }
+            }
+            st.metrics.queue_depth.set(st.depth() as i64);
+            match tokio::time::timeout(deadline, rx).await {
+                Ok(Ok(answer)) => Some(answer),
+                Ok(Err(_)) => {
+                    return error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the scoring thread ended without an answer",
+                    )
+                }
+                Err(_) => None,
+            }
+        }
+        Backend::Queue(q) => {
+            let (job_id, rx) = match q.submit(&parsed.job).await {
+                Ok(x) => x,
+                Err(QueueError::Full) => {
+                    st.metrics.rejected.with_label_values(&["queue_full"]).inc();
+                    return with_retry_after(
+                        error(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            format!(
+                                "queue full: {} jobs waiting (limit {}); retry later",
+                                q.depth(),
+                                st.limits.queue_len
+                            ),
+                        ),
+                        st.retry_after(),
+                    );
+                }
+                Err(e @ QueueError::Unavailable(_)) => {
+                    st.metrics
+                        .rejected
+                        .with_label_values(&["queue_unavailable"])
+                        .inc();
+                    return with_retry_after(
+                        error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+                        1,
+                    );
+                }
+            };
+            st.metrics.queue_depth.set(st.depth() as i64);
+            match tokio::time::timeout(deadline, rx).await {
+                Ok(Ok(outcome)) => {
+                    let waited = (start.elapsed().as_secs_f64() * 1e3 - outcome.score_ms).max(0.0);
+                    Some((outcome, waited))
+                }
+                Ok(Err(_)) | Err(_) => {
+                    q.forget(&job_id);
+                    None
+                }
+            }
+        }
+    };
+    let (outcome, queue_ms) = match answer {
+        Some((o, q)) => {
+            st.metrics.observe_outcome(&o);
+            st.note_score_time(o.score_ms / 1e3);
+            (o, q)
+        }
+        None => {
+            let o = JobOutcome {
+                reward: reward_name.clone(),
+                results: (0..n).map(|i| timeout_item(i, deadline_ms)).collect(),
+                score_ms: 0.0,
+                stages: Default::default(),
+                scored_by: String::new(),
+            };
+            st.metrics.observe_outcome(&o);
+            (o, start.elapsed().as_secs_f64() * 1e3)
+        }
+    };
+    let response = ScoreResponse {
+        task: task_id,
+        reward: if outcome.reward.is_empty() {
+            reward_name
+        } else {
+            outcome.reward
+        },
+        step,
+        results: outcome.results,
+        timing: Timing {
+            queue_ms,
+            score_ms: outcome.score_ms,
+            total_ms: start.elapsed().as_secs_f64() * 1e3,
+        },
+        scored_by: outcome.scored_by,
+    };
+    (StatusCode::OK, Json(response)).into_response()
+}
+
+async fn list_tasks(State(st): State<Arc<AppState>>) -> Response {
+    let start = Instant::now();
+    let r = Json(serde_json::json!({ "tasks": st.tasks.summaries() })).into_response();
+    record(&st, "/v1/tasks", r.status(), start);
+    r
+}
+
+async fn task_detail(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    let start = Instant::now();
+    let r = match st.tasks.detail(&id) {
+        Some(d) => Json(d).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "unknown task `{id}` ({} tasks are served; GET /v1/tasks lists them)",
+                st.tasks.len()
+            ),
+        ),
+    };
+    record(&st, "/v1/tasks/{id}", r.status(), start);
+    r
+}
+
+async fn healthz(State(st): State<Arc<AppState>>) -> Response {
+    let (ok, body) = match &st.backend {
+        Backend::Local(p) => (
+            true,
+            serde_json::json!({
+                "status": "ok", "mode": "local", "workers": p.workers(),
+                "queue_depth": p.depth(), "tasks": st.tasks.len(),
+            }),
+        ),
+        Backend::Queue(q) => {
+            let s = q.status();
+            let status = if s.up { "ok" } else { "unavailable" };
+            let mut body = serde_json::json!({
+                "status": status, "mode": "queue", "queue": s, "tasks": st.tasks.len(),
+            });
+            if let Some(e) = &s.error {
+                body["reason"] = format!("queue: {e}").into();
+            }
+            (s.up, body)
+        }
+    };
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let mut r = (status, Json(body)).into_response();
+    if !ok {
+        r = with_retry_after(r, 1);
+    }
+    r
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    st.metrics.queue_depth.set(st.depth() as i64);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        st.metrics.render(),
+    )
+        .into_response()
+}
+
+const ROUTES: &str =
+    "POST /v1/score, GET /v1/tasks, GET /v1/tasks/{id}, GET /healthz, GET /metrics";
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no route for {method} {} (routes: {ROUTES})", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{method} is not allowed on {} (routes: {ROUTES})",
+            uri.path()
+        ),
+    )
+}

@@ -1,0 +1,145 @@
+//! Rewards by preset name, like the CLI's `--reward`, with optional weights.
+
+use super::api::{RewardSpec, Weights};
+use crate::reward::{presets, RankerReward, Reward, StructuralReward};
+
+/// The preset names a request may use.
+pub const PRESET_NAMES: &str = "cudaperf, correctness, kevin, fast_p:<p>, dhrcl";
+
+/// A reward spec that names no preset, or has bad weights: the field and what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("field `{field}`: {message}")]
+pub struct SpecError {
+    /// The field, e.g. `reward.weights.speed`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn err(field: &str, message: String) -> SpecError {
+    SpecError {
+        field: field.into(),
+        message,
+    }
+}
+
+/// Builds the reward a spec names; weights are taken only by `cudaperf`.
+///
+/// ```
+/// use cudaperf::serve::{build_reward, RewardSpec};
+/// let r = build_reward(&RewardSpec { preset: "fast_p:1.5".into(), weights: None })?;
+/// assert!(r.name().contains("1.5"));
+/// assert!(build_reward(&RewardSpec { preset: "nope".into(), weights: None }).is_err());
+/// # Ok::<(), cudaperf::serve::SpecError>(())
+/// ```
+pub fn build_reward(spec: &RewardSpec) -> Result<Box<dyn Reward>, SpecError> {
+    if spec.weights.is_some() && spec.preset != "cudaperf" {
+        return Err(err(
+            "reward.weights",
+            format!(
+                "only the cudaperf preset takes weights (got preset `{}`)",
+                spec.preset
+            ),
+        ));
+    }
+    Ok(match spec.preset.as_str() {
+        "cudaperf" => match &spec.weights {
+            None => Box::new(presets::cudaperf()),
+            Some(w) => Box::new(cudaperf_weighted(w)?),
+        },
+        "correctness" => Box::new(presets::correctness_only()),
+        "kevin" => Box::new(presets::kevin()),
+        "dhrcl" => Box::new(presets::staged_dhrcl(Default::default())),
+        other => match other.strip_prefix("fast_p:").map(str::parse::<f64>) {
+            Some(Ok(p)) if p.is_finite() && p >= 0.0 => Box::new(presets::kernelbench_fast_p(p)),
+            Some(_) => {
+                return Err(err(
+                    "reward.preset",
+                    format!("`{other}`: fast_p:<p> needs a finite number p >= 0"),
+                ))
+            }
+            None => {
+                return Err(err(
+                    "reward.preset",
+                    format!("unknown reward `{other}` (expected one of {PRESET_NAMES})"),
+                ))
+            }
+        },
+    })
+}
+
+fn cudaperf_weighted(w: &Weights) -> Result<crate::reward::Weighted, SpecError> {
+    let d = presets::CudaPerfWeights::default();
+    let pick = |name: &str, v: Option<f64>, default: f64| match v {
+        Some(x) if !x.is_finite() => Err(err(
+            &format!("reward.weights.{name}"),
+            format!("{x} is not a finite number"),
+        )),
+        Some(x) => Ok(x),
+        None => Ok(default),
+    };
+    let weights = presets::CudaPerfWeights {
+        speed: pick("speed", w.speed, d.speed)?,
+        structure: pick("structure", w.structure, d.structure)?,
+        rank: pick("rank", w.rank, d.rank)?,
+        syntax_credit: pick("syntax_credit", w.syntax_credit, d.syntax_credit)?,
+    };
+    let structure: Option<Box<dyn Reward>> =
+        (weights.structure != 0.0).then(|| Box::new(StructuralReward) as Box<dyn Reward>);
+    let ranker: Option<Box<dyn Reward>> =
+        (weights.rank != 0.0).then(|| Box::new(RankerReward) as Box<dyn Reward>);
+    Ok(presets::cudaperf_with(weights, structure, ranker))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(preset: &str, weights: Option<Weights>) -> RewardSpec {
+        RewardSpec {
+            preset: preset.into(),
+            weights,
+        }
+    }
+
+    #[test]
+    fn every_documented_preset_builds() {
+        for name in [
+            "cudaperf",
+            "correctness",
+            "kevin",
+            "dhrcl",
+            "fast_p:0",
+            "fast_p:2",
+        ] {
+            assert!(build_reward(&spec(name, None)).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_preset_lists_the_valid_ones() {
+        let e = build_reward(&spec("kevni", None)).err().unwrap();
+        assert_eq!(e.field, "reward.preset");
+        assert!(e.to_string().contains("kevni"), "{e}");
+        assert!(e.to_string().contains(PRESET_NAMES), "{e}");
+        let e = build_reward(&spec("fast_p:-1", None)).err().unwrap();
+        assert!(e.to_string().contains("p >= 0"), "{e}");
+    }
+
+    #[test]
+    fn weights_only_for_cudaperf_and_finite() {
+        let w = Weights {
+            speed: Some(0.5),
+            ..Default::default()
+        };
+        assert!(build_reward(&spec("cudaperf", Some(w))).is_ok());
+        let e = build_reward(&spec("kevin", Some(w))).err().unwrap();
+        assert_eq!(e.field, "reward.weights");
+        let bad = Weights {
+            rank: Some(f64::INFINITY),
+            ..Default::default()
+        };
+        let e = build_reward(&spec("cudaperf", Some(bad))).err().unwrap();
+        assert_eq!(e.field, "reward.weights.rank");
+    }
+}

@@ -1,0 +1,282 @@
+//! Scoring one job (a trainer's group for one task): the only place the server and the
+//! nodes call the reward pipeline.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::api::{ItemResult, JobSpec};
+use crate::exec::ExecStatus;
+use crate::reward::{
+    Context, Evaluator, Reward, RewardError, RewardReport, Scored, Stage, Stages, Submission,
+    Verdict,
+};
+use crate::task::Task;
+
+/// What a worker or node sends back for a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    /// The reward's name.
+    pub reward: String,
+    /// One result per completion, in order.
+    pub results: Vec<ItemResult>,
+    /// Wall time of the scoring, milliseconds.
+    pub score_ms: f64,
+    /// Stage times found in the reports, for the metrics.
+    #[serde(default)]
+    pub stages: StageTimes,
+    /// Who scored it (`local` or the node's name).
+    pub scored_by: String,
+}
+
+/// Stage latencies of one job, from its reports (milliseconds).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageTimes {
+    /// Compile stage wall times of cache misses.
+    pub compile_ms: Vec<f64>,
+    /// GPU job wall times.
+    pub execute_ms: Vec<f64>,
+    /// GPU time of the protocol's own launches, summed.
+    pub gpu_ms: f64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Milliseconds from now until `deadline_unix_ms` (0 once it has passed).
+pub fn ms_until(deadline_unix_ms: u64) -> u64 {
+    deadline_unix_ms.saturating_sub(unix_ms())
+}
+
+/// Scores a group: one result per submission, in the order given.
+///
+/// Today [`Reward::score_batch`] fails the whole batch when one item's stage cannot run
+/// (`RewardError::Unavailable`); the items are then scored one by one, which reuses the
+/// evaluator's memo (no stage runs twice), so every item gets its own result. When
+/// `score_batch` returns one result per item, this body becomes that call.
+pub fn score_group(
+    reward: &dyn Reward,
+    ctx: &Context,
+    subs: &[Submission],
+) -> Vec<crate::reward::Result<Scored>> {
+    match reward.score_batch(ctx, subs) {
+        Ok(all) => all.into_iter().map(Ok).collect(),
+        Err(_) => subs.iter().map(|s| reward.score(ctx, s)).collect(),
+    }
+}
+
+/// The result of a completion that was not scored before the deadline.
+pub fn timeout_item(index: usize, deadline_ms: u64) -> ItemResult {
+    ItemResult {
+        index,
+        verdict: Verdict::Timeout.as_str().into(),
+        value: None,
+        reason: Some(format!(
+            "the request's deadline ({deadline_ms} ms) passed before this completion was scored"
+        )),
+        report: None,
+        feedback: None,
+    }
+}
+
+/// Every completion of a job as `unavailable`, with the same reason.
+pub fn unavailable_items(n: usize, reason: &str) -> Vec<ItemResult> {
+    (0..n)
+        .map(|index| ItemResult {
+            index,
+            verdict: Verdict::Unavailable.as_str().into(),
+            value: None,
+            reason: Some(reason.to_string()),
+            report: None,
+            feedback: None,
+        })
+        .collect()
+}
+
+/// Scores a job with `reward` (built from `job.reward`) on `task`.
+///
+/// A job whose deadline has passed is answered `timeout` without running; a panic in the
+/// pipeline is caught and answered `unavailable` for the whole group (the server keeps
+/// serving).
+pub fn run_job(
+    evaluator: &Evaluator,
+    task: &Task,
+    job: &JobSpec,
+    reward: &dyn Reward,
+    deadline_ms: u64,
+    scored_by: &str,
+) -> JobOutcome {
+    let start = Instant::now();
+    let n = job.completions.len();
+    let mut outcome = JobOutcome {
+        reward: reward.name(),
+        results: Vec::new(),
+        score_ms: 0.0,
+        stages: StageTimes::default(),
+        scored_by: scored_by.to_string(),
+    };
+    if unix_ms() >= job.deadline_unix_ms {
+        outcome.results = (0..n).map(|i| timeout_item(i, deadline_ms)).collect();
+        return outcome;
+    }
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let subs: Vec<Submission> = job
+            .completions
+            .iter()
+            .map(|c| Submission::from_completion(c.as_str()))
+            .collect();
+        let ctx = Context::new(task, evaluator).at_step(job.step);
+        (score_group(reward, &ctx, &subs), reward.needs(&ctx))
+    }));
+    match run {
+        Ok((scored, needs)) => {
+            for (index, r) in scored.into_iter().enumerate() {
+                let report = match &r {
+                    Ok(s) => Some(&s.report),
+                    Err(RewardError::Unavailable { report, .. }) => Some(&**report),
+                };
+                if let Some(rep) = report {
+                    collect_stage_times(&rep.stages, &mut outcome.stages);
+                }
+                outcome
+                    .results
+                    .push(item_result(index, r, job.report, needs));
+            }
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!("scoring task {} panicked: {what}", task.id);
+            outcome.results =
+                unavailable_items(n, &format!("internal error while scoring: {what}"));
+        }
+    }
+    outcome.score_ms = start.elapsed().as_secs_f64() * 1e3;
+    outcome
+}
+
+fn collect_stage_times(stages: &Stages, out: &mut StageTimes) {
+    if let Some(c) = stages.compile.as_ref().filter(|c| !c.cached) {
+        out.compile_ms.push(c.millis);
+    }
+    if let Some(e) = &stages.execute {
+        if !matches!(e.status, ExecStatus::Unavailable { .. }) {
+            out.execute_ms.push(e.millis);
+        }
+        if e.gpu_millis.is_finite() {
+            out.gpu_ms += e.gpu_millis;
+        }
+    }
+}
+
+/// One completion's result: the value and verdict, or `unavailable` with the reason and
+/// the partial report. Never a made-up number. `needs` is the last stage the reward
+/// read ([`Reward::needs`]); stages past it do not decide the verdict.
+pub fn item_result(
+    index: usize,
+    r: crate::reward::Result<Scored>,
+    with_report: bool,
+    needs: Stage,
+) -> ItemResult {
+    let (verdict, value, reason, report) = match r {
+        Ok(Scored { value, report }) if value.is_finite() => {
+            let (verdict, reason) = verdict_of(&report.stages, needs);
+            (verdict, Some(value), reason, report)
+        }
+        Ok(Scored { value, report }) => (
+            Verdict::Unavailable.as_str(),
+            None,
+            Some(format!("the reward `{}` produced {value}", report.reward)),
+            report,
+        ),
+        Err(e) => {
+            let reason = e.to_string();
+            let RewardError::Unavailable { report, .. } = e;
+            (Verdict::Unavailable.as_str(), None, Some(reason), *report)
+        }
+    };
+    // Feedback for the next turn: fill from `cudaperf::rl::feedback` (sibling issue) here,
+    // from `report`; until it lands, the field stays null.
+    let feedback = None;
+    ItemResult {
+        index,
+        verdict: verdict.into(),
+        value,
+        reason,
+        report: if with_report {
+            report_json(&report)
+        } else {
+            None
+        },
+        feedback,
+    }
+}
+
+fn report_json(report: &RewardReport) -> Option<serde_json::Value> {
+    // NaN (a partial report's value, a ranker without a model) becomes null.
+    serde_json::to_value(report).ok()
+}
+
+/// The verdict of the stages a reward read (up to `needs`), and the first reason it is not
+/// `correct`: `extracted` or `compiled` when the reward stopped before compiling or before
+/// the GPU stages (an evaluation remembered from another reward may hold more stages).
+pub fn verdict_of(stages: &Stages, needs: Stage) -> (&'static str, Option<String>) {
+    if !stages.extract.ok {
+        return (Verdict::ExtractError.as_str(), stages.extract.error.clone());
+    }
+    if needs < Stage::Compile {
+        return ("extracted", None);
+    }
+    match &stages.compile {
+        None => return ("extracted", None),
+        Some(c) if c.status == "unavailable" => {
+            return (Verdict::Unavailable.as_str(), c.reason.clone())
+        }
+        Some(c) if !c.ok => {
+            let why = c.reason.clone().unwrap_or_else(|| first_lines(&c.log, 3));
+            return (Verdict::CompileError.as_str(), Some(why));
+        }
+        _ => {}
+    }
+    if needs < Stage::Correctness {
+        return ("compiled", None);
+    }
+    if let Some(c) = &stages.correctness {
+        if c.passed {
+            return (Verdict::Correct.as_str(), None);
+        }
+        let why = c
+            .configs
+            .iter()
+            .find(|c| !c.passed)
+            .map(|f| format!("config {}: {}", f.config, f.reasons.join("; ")));
+        return (Verdict::Incorrect.as_str(), why);
+    }
+    let Some(exec) = &stages.execute else {
+        return ("compiled", None);
+    };
+    let verdict = match &exec.status {
+        ExecStatus::CudaError { .. } => Verdict::CudaError,
+        ExecStatus::InvalidLaunch { .. } => Verdict::InvalidLaunch,
+        ExecStatus::Timeout { .. } => Verdict::Timeout,
+        ExecStatus::Crashed { .. } => Verdict::Crashed,
+        ExecStatus::ReferenceFailed { .. } => Verdict::ReferenceFailed,
+        _ => Verdict::Unavailable,
+    };
+    let why = serde_json::to_value(&exec.status)
+        .ok()
+        .map(|v| v.to_string())
+        .filter(|s| s != "null");
+    (verdict.as_str(), why)
+}
+
+fn first_lines(text: &str, n: usize) -> String {
+    text.lines().take(n).collect::<Vec<_>>().join(" | ")
+}

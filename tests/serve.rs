@@ -1,0 +1,266 @@
+//! `cudaperf serve` on loopback, as trainers see it: limits, bad input, deadlines,
+//! concurrent clients, graceful shutdown. Real processes, real NVRTC compiles (where
+//! NVRTC is installed), no GPU (the GPU stages answer `unavailable`).
+#![cfg(feature = "serve")]
+
+mod serve_util;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use serve_util::*;
+
+fn nvrtc() -> bool {
+    let ok = cudaperf::compile::nvrtc::load().is_ok();
+    if !ok {
+        eprintln!("SKIPPED: NVRTC not found");
+    }
+    ok
+}
+
+/// Bad input gets a 4xx with a one-line reason and never reaches the evaluator.
+#[test]
+fn bad_requests_are_refused_before_scoring() {
+    let (_serve, url) = start_serve(&["--max-body-bytes", "4096", "--max-completions", "3"]);
+    let a = agent(Duration::from_secs(30));
+    let score = format!("{url}/v1/score");
+    let big = json!({"task": "vector_add", "completions": ["x".repeat(5000)]});
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"{not json".to_vec(), 400, "malformed JSON"),
+        (
+            b"{\"task\": \"vector_add\", \"completions\": \"x\"}".to_vec(),
+            400,
+            "field `completions`",
+        ),
+        (
+            b"{\"task\": \"vector_add\", \"completions\": [\"a\",\"b\",\"c\",\"d\"]}".to_vec(),
+            400,
+            "limit of 3",
+        ),
+        (
+            b"{\"task\": \"nope\", \"completions\": [\"a\"]}".to_vec(),
+            404,
+            "unknown task `nope`",
+        ),
+        (
+            b"{\"task\": \"vector_add\", \"completions\": [\"a\"], \"reward\": 5}".to_vec(),
+            400,
+            "field `reward`",
+        ),
+        (big.to_string().into_bytes(), 413, "limit of 4096 bytes"),
+    ];
+    for (body, status, says) in &cases {
+        let r = post(&a, &score, body);
+        assert_eq!(
+            r.status,
+            *status,
+            "{}: {}",
+            String::from_utf8_lossy(body),
+            r.body
+        );
+        let msg = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(msg.contains(says), "`{msg}` lacks `{says}`");
+        assert!(!msg.contains('\n'));
+    }
+    let r = get(&a, &format!("{url}/v1/nothing"));
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"].as_str().unwrap().contains("/v1/score"));
+    let r = get(&a, &score);
+    assert_eq!(r.status, 405, "{}", r.body);
+    let r = get(&a, &format!("{url}/v1/tasks/nope"));
+    assert_eq!(r.status, 404);
+    // None of it reached the pipeline.
+    let m = get(&a, &format!("{url}/metrics")).body;
+    assert_eq!(
+        metric_sum(&m, "cudaperf_stage_duration_seconds_count"),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "cudaperf_rejected_total"),
+        cases.len() as f64
+    );
+}
+
+#[test]
+fn tasks_and_health() {
+    let (_serve, url) = start_serve(&[]);
+    let a = agent(Duration::from_secs(30));
+    let h = get(&a, &format!("{url}/healthz"));
+    assert_eq!(h.status, 200);
+    assert_eq!(h.json()["status"], "ok");
+    let tasks = get(&a, &format!("{url}/v1/tasks")).json();
+    let n = tasks["tasks"].as_array().unwrap().len();
+    assert_eq!(
+        n,
+        cudaperf::dataset::Dataset::load(manifest_dir().join("fixtures/tasks"))
+            .unwrap()
+            .tasks
+            .len()
+    );
+    let t = get(&a, &format!("{url}/v1/tasks/vector_add")).json();
+    assert!(t["prompt"].as_str().unwrap().contains("@launch"));
+    assert_eq!(
+        t["signature"],
+        "(const float* a, const float* b, float* c, int n)"
+    );
+}
+
+/// Many clients at once share one evaluator; each gets its own results, in order.
+#[test]
+fn concurrent_clients_get_their_own_results_in_order() {
+    if !nvrtc() {
+        return;
+    }
+    let (_serve, url) = start_serve(&["--workers", "2"]);
+    let score = format!("{url}/v1/score");
+    let reference =
+        std::fs::read_to_string(manifest_dir().join("fixtures/tasks/vector_add/reference.cu"))
+            .unwrap();
+    let threads: Vec<_> = (0..6)
+        .map(|c| {
+            let score = score.clone();
+            let good = fenced(&reference);
+            std::thread::spawn(move || {
+                let a = agent(Duration::from_secs(120));
+                // Client c puts its good completion at position c % 3.
+                let mut completions = vec!["no code".to_string(); 3];
+                completions[c % 3] = good;
+                let r = post_json(
+                    &a,
+                    &score,
+                    &json!({"task": "vector_add", "completions": completions, "reward": "dhrcl", "step": 0}),
+                );
+                assert_eq!(r.status, 200, "{}", r.body);
+                let v = r.json();
+                let results = v["results"].as_array().unwrap().clone();
+                (c, results)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (c, results) = t.join().unwrap();
+        assert_eq!(results.len(), 3);
+        for (i, r) in results.iter().enumerate() {
+            assert_eq!(r["index"], i);
+            if i == c % 3 {
+                assert_eq!(r["verdict"], "compiled", "{r}");
+                assert_eq!(r["value"], 1.0);
+            } else {
+                assert_eq!(r["verdict"], "extract_error", "{r}");
+            }
+        }
+    }
+}
+
+/// A full queue answers 429 with Retry-After; an expired deadline answers `timeout`.
+#[test]
+fn queue_full_and_deadline() {
+    if !nvrtc() {
+        return;
+    }
+    let (_serve, url) = start_serve(&["--workers", "1", "--queue-len", "1"]);
+    let score = format!("{url}/v1/score");
+    // Every request has fresh completions (real compiles, well over the few milliseconds
+    // it takes to send them all), sent together: one runs, one waits, the rest are refused.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+    let threads: Vec<_> = (0..6)
+        .map(|c| {
+            let (score, barrier) = (score.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let a = agent(Duration::from_secs(300));
+                let completions: Vec<String> = (0..3)
+                    .map(|k| fresh_vector_add(&format!("full-{c}-{k}-{:?}", Instant::now())))
+                    .collect();
+                barrier.wait();
+                post_json(
+                    &a,
+                    &score,
+                    &json!({"task": "vector_add", "completions": completions, "reward": "dhrcl"}),
+                )
+            })
+        })
+        .collect();
+    let answers: Vec<Answer> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let refused: Vec<&Answer> = answers.iter().filter(|a| a.status == 429).collect();
+    let served: Vec<&Answer> = answers.iter().filter(|a| a.status == 200).collect();
+    assert_eq!(refused.len() + served.len(), 6, "{answers:?}");
+    assert!(!refused.is_empty() && !served.is_empty(), "{answers:?}");
+    for r in &refused {
+        let secs: u64 = r.retry_after.as_deref().unwrap().parse().unwrap();
+        assert!((1..=60).contains(&secs));
+        assert!(r.json()["error"].as_str().unwrap().contains("queue full"));
+    }
+    for s in &served {
+        for r in s.json()["results"].as_array().unwrap() {
+            assert_eq!(r["verdict"], "compiled", "{r}");
+        }
+    }
+    // A 1 ms deadline passes before fresh compiles finish: every completion is `timeout`,
+    // with no value.
+    let a = agent(Duration::from_secs(60));
+    let r = post_json(
+        &a,
+        &score,
+        &json!({"task": "vector_add", "deadline_ms": 1,
+                "completions": [fresh_vector_add("deadline-a"), fresh_vector_add("deadline-b")]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    for (i, item) in r.json()["results"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(item["index"], i);
+        assert_eq!(item["verdict"], "timeout", "{item}");
+        assert!(item["value"].is_null());
+        assert!(item["reason"].as_str().unwrap().contains("deadline"));
+    }
+}
+
+/// SIGTERM: the server stops accepting, answers what it accepted, and exits 0.
+#[test]
+fn sigterm_finishes_accepted_requests() {
+    if !nvrtc() {
+        return;
+    }
+    let (mut serve, url) = start_serve(&[]);
+    let score = format!("{url}/v1/score");
+    let inflight = {
+        let score = score.clone();
+        std::thread::spawn(move || {
+            let a = agent(Duration::from_secs(300));
+            let completions: Vec<String> = (0..4)
+                .map(|k| fresh_vector_add(&format!("term-{k}-{:?}", Instant::now())))
+                .collect();
+            post_json(
+                &a,
+                &score,
+                &json!({"task": "vector_add", "completions": completions, "reward": "dhrcl"}),
+            )
+        })
+    };
+    // Wait until the job is accepted (queue depth 1), then signal.
+    let a = agent(Duration::from_secs(10));
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = get(&a, &format!("{url}/metrics")).body;
+        if metric_sum(&m, "cudaperf_queue_depth") >= 1.0 {
+            break;
+        }
+        assert!(Instant::now() < end, "the request was never accepted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    serve.signal(libc::SIGTERM);
+    let r = inflight.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let results = r.json()["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 4);
+    assert!(
+        results.iter().all(|r| r["verdict"] == "compiled"),
+        "{results:?}"
+    );
+    let status = serve
+        .wait_exit(Duration::from_secs(30))
+        .expect("serve did not exit after SIGTERM");
+    assert!(status.success(), "{status:?}\n{}", serve.output());
+    // Nothing listens any more.
+    let addr = url.trim_start_matches("http://");
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}
