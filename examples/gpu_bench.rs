@@ -31,6 +31,7 @@ fn evaluator(workers: usize) -> Evaluator {
         },
         ..Default::default()
     })
+    .expect("evaluator")
 }
 
 /// A fresh submission: a distinct comment defeats every cache.

@@ -116,7 +116,8 @@ fn job_building_evaluates_everything() {
     let compiler = Compiler::new(CompileOptions {
         isolation: Isolation::InProcess,
         ..Default::default()
-    });
+    })
+    .expect("compiler");
     let mut reference = Candidate::parse(&task.reference.source).expect("reference");
     reference.check_abi(&task).expect("abi");
     let module = compiler
@@ -125,12 +126,18 @@ fn job_building_evaluates_everything() {
         .cloned()
         .expect("compiled");
     let configs: Vec<usize> = (0..task.configs.len()).collect();
+    // The pipeline resolves each plan once and picks the timed config by one rule.
+    let plan =
+        cudaperf::pipeline::Plan::resolve(&reference, &task, configs.clone(), &Default::default());
+    let plans = plan.resolved.clone().expect("plans");
     let job = ExecJob::build(JobParts {
         task: &task,
         configs: &configs,
         reference: (&reference, &module),
         candidate: (&reference, &module),
-        limits: &Default::default(),
+        reference_plans: &plans,
+        candidate_plans: &plans,
+        timing_config: plan.timed,
         seed: 42,
         timing: None,
         max_device_bytes: 0,
@@ -160,6 +167,7 @@ fn cpu_evaluator() -> Evaluator {
         no_gpu: true,
         ..Default::default()
     })
+    .expect("evaluator")
 }
 
 /// Without a GPU the GPU stages say so; rewards that need them return `Unavailable` with

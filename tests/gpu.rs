@@ -44,7 +44,7 @@ fn evaluator(timeout_s: u64) -> Evaluator {
         ..Default::default()
     };
     opts.compile.worker = worker();
-    Evaluator::new(opts)
+    Evaluator::new(opts).expect("evaluator")
 }
 
 fn gpu_or_skip(e: &Evaluator) -> bool {

@@ -59,7 +59,11 @@ fn sleep_past_limit_times_out_and_worker_is_replaced() {
     let t = Instant::now();
     let out = p.run(&DiagJob::Sleep { ms: 20_000 }, limit);
     assert_eq!(out, JobOutcome::Timeout { limit });
-    assert!(t.elapsed() < Duration::from_secs(3), "timeout took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "timeout took {:?}",
+        t.elapsed()
+    );
     assert_eq!(p.stats().restarts, 1);
     assert_eq!(p.run(&DiagJob::Ping, LONG), PONG);
     assert_eq!(p.stats().restarts, 1);
@@ -78,7 +82,10 @@ fn exit_is_crashed_and_respawned() {
     let p = pool(1);
     match p.run(&DiagJob::Exit { code: 7 }, LONG) {
         JobOutcome::Crashed { reason, .. } => {
-            assert!(reason.contains("exit") || reason.contains("closed"), "{reason}")
+            assert!(
+                reason.contains("exit") || reason.contains("closed"),
+                "{reason}"
+            )
         }
         other => panic!("expected Crashed, got {other:?}"),
     }
@@ -119,8 +126,15 @@ fn garbage_printer_is_not_a_worker() {
     let p: DiagPool = Pool::new(vec![sh("echo garbage; sleep 5")]);
     let t = Instant::now();
     let reason = unavailable(p.run(&DiagJob::Ping, Duration::from_secs(20)));
-    assert!(reason.contains("not a cudaperf worker") && reason.contains("garbage"), "{reason}");
-    assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
+    assert!(
+        reason.contains("not a cudaperf worker") && reason.contains("garbage"),
+        "{reason}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        t.elapsed()
+    );
 }
 
 /// `/bin/false` (the failure a trainer saw with `CUDAPERF_WORKER=/bin/false`) is
@@ -129,7 +143,10 @@ fn garbage_printer_is_not_a_worker() {
 fn false_is_unavailable() {
     let p: DiagPool = Pool::new(vec![spec("/bin/false", &[])]);
     let reason = unavailable(p.run(&DiagJob::Ping, LONG));
-    assert!(reason.contains("/bin/false") && reason.contains("before greeting"), "{reason}");
+    assert!(
+        reason.contains("/bin/false") && reason.contains("before greeting"),
+        "{reason}"
+    );
 }
 
 /// A program that exits at once is Unavailable, with its last words.
@@ -163,7 +180,10 @@ fn wrong_role_is_unavailable() {
     s.role = "diag".into();
     let p: DiagPool = Pool::new(vec![s]);
     let reason = unavailable(p.run(&DiagJob::Ping, LONG));
-    assert!(reason.contains("role `compile`") && reason.contains("`diag`"), "{reason}");
+    assert!(
+        reason.contains("role `compile`") && reason.contains("`diag`"),
+        "{reason}"
+    );
 }
 
 /// A program that does not exist is Unavailable, naming it.
@@ -217,7 +237,11 @@ fn run_all_loses_no_job_and_keeps_order() {
         assert_eq!(kind(o), want, "job {i}: {o:?}");
     }
     assert_eq!(p.stats().restarts, 8, "4 crashes + 4 timeouts");
-    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
 }
 
 /// A worker whose stderr is flooded (like a kernel printf storm) keeps answering; the
@@ -234,7 +258,11 @@ fn protocol_survives_a_stderr_flood() {
     }
     match p.run(&DiagJob::Exit { code: 2 }, LONG) {
         JobOutcome::Crashed { stderr_tail, .. } => {
-            assert!(stderr_tail.len() <= 4096, "tail of {} bytes", stderr_tail.len())
+            assert!(
+                stderr_tail.len() <= 4096,
+                "tail of {} bytes",
+                stderr_tail.len()
+            )
         }
         other => panic!("expected Crashed, got {other:?}"),
     }
@@ -280,11 +308,21 @@ fn serve_greets_and_answers_bad_requests() {
     let responses: Vec<Response<DiagReply>> =
         lines.map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(responses.len(), 5);
-    assert_eq!((responses[0].id, &responses[0].result), (5, &Some(DiagReply::Pong)));
-    assert!(responses[1].error.as_deref().unwrap().contains("bad request"));
+    assert_eq!(
+        (responses[0].id, &responses[0].result),
+        (5, &Some(DiagReply::Pong))
+    );
+    assert!(responses[1]
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("bad request"));
     assert_eq!(responses[2].id, 6);
     assert!(responses[2].error.as_deref().unwrap().contains("fly"));
-    assert_eq!((responses[3].id, &responses[3].result), (7, &Some(DiagReply::Pong)));
+    assert_eq!(
+        (responses[3].id, &responses[3].result),
+        (7, &Some(DiagReply::Pong))
+    );
     assert_eq!(responses[4].error.as_deref(), Some("too sleepy"));
 }
 

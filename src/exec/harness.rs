@@ -241,8 +241,12 @@ fn side_bytes(job: &ExecJob, c: &JobConfig, plan: &ResolvedPlan, scratch: &[DTyp
 
 /// Device memory one config needs, all processes together.
 fn config_bytes(job: &ExecJob, c: &JobConfig) -> u64 {
-    let r: u64 = side_bytes(job, c, &c.reference, &job.reference.scratch).iter().sum();
-    let k: u64 = side_bytes(job, c, &c.candidate, &job.candidate.scratch).iter().sum();
+    let r: u64 = side_bytes(job, c, &c.reference, &job.reference.scratch)
+        .iter()
+        .sum();
+    let k: u64 = side_bytes(job, c, &c.candidate, &job.candidate.scratch)
+        .iter()
+        .sum();
     let saved: u64 = job
         .buffers
         .iter()
@@ -336,16 +340,27 @@ impl Harness {
             }));
         }
         let ref_key = key_of(&job.reference.cubin_b64);
-        let symbols = |m: &super::job::JobModule| m.symbols.iter().map(|(_, s)| s.clone()).collect();
+        let symbols =
+            |m: &super::job::JobModule| m.symbols.iter().map(|(_, s)| s.clone()).collect();
         // The reference is trusted and stateless: it is reloaded only when it changes. The
         // candidate gets a fresh module (fresh `__device__` globals) for every job.
         let limit = st.limit(Side::Reference)?;
         self.reference
-            .load(&job.reference.cubin_b64, symbols(&job.reference), Some(ref_key), limit)
+            .load(
+                &job.reference.cubin_b64,
+                symbols(&job.reference),
+                Some(ref_key),
+                limit,
+            )
             .map_err(|f| side_fault(Side::Reference, f, job.deadline_ms))?;
         let limit = st.limit(Side::Candidate)?;
         self.candidate
-            .load(&job.candidate.cubin_b64, symbols(&job.candidate), None, limit)
+            .load(
+                &job.candidate.cubin_b64,
+                symbols(&job.candidate),
+                None,
+                limit,
+            )
             .map_err(|f| side_fault(Side::Candidate, f, job.deadline_ms))?;
         let cap = if job.max_device_bytes > 0 {
             job.max_device_bytes
@@ -366,7 +381,9 @@ impl Harness {
             }
             let mem = self.alloc_config(st, c)?;
             let mut check = self.check_config(st, k, c, &mem)?;
-            if k == job.timing_config && checks.iter().all(|c: &ConfigCheck| c.passed) && check.passed
+            if k == job.timing_config
+                && checks.iter().all(|c: &ConfigCheck| c.passed)
+                && check.passed
             {
                 if let Some(opts) = &job.timing {
                     match self.time_config(st, c, &mem, opts, ref_key)? {
@@ -407,17 +424,18 @@ impl Harness {
         let job = st.job;
         let nb = job.buffers.len();
         let gpu = self.gpu.clone();
-        let open = |handles: Vec<driver::IpcHandle>, bytes: &[u64], who: &str| -> Run<Vec<IpcMapping>> {
-            handles
-                .iter()
-                .zip(bytes)
-                .take(nb)
-                .zip(&job.buffers)
-                .map(|((h, b), buf)| {
-                    ours(gpu.open_ipc(h, *b as usize, &format!("{who} `{}`", buf.name)))
-                })
-                .collect()
-        };
+        let open =
+            |handles: Vec<driver::IpcHandle>, bytes: &[u64], who: &str| -> Run<Vec<IpcMapping>> {
+                handles
+                    .iter()
+                    .zip(bytes)
+                    .take(nb)
+                    .zip(&job.buffers)
+                    .map(|((h, b), buf)| {
+                        ours(gpu.open_ipc(h, *b as usize, &format!("{who} `{}`", buf.name)))
+                    })
+                    .collect()
+            };
         let rb = side_bytes(job, c, &c.reference, &job.reference.scratch);
         let handles = self
             .reference
@@ -480,7 +498,10 @@ impl Harness {
                 }
             }
         }
-        ours(self.gpu.sync(|| "synchronize after preparing inputs".into()))
+        ours(
+            self.gpu
+                .sync(|| "synchronize after preparing inputs".into()),
+        )
     }
 
     /// One run of a side's plan in its runner; returns its milliseconds.
@@ -504,7 +525,12 @@ impl Harness {
             Side::Candidate => &mut self.candidate,
         };
         let ms = runner
-            .run(launches.to_vec(), zero.to_vec(), (flush_bytes, st.flush_counter), limit)
+            .run(
+                launches.to_vec(),
+                zero.to_vec(),
+                (flush_bytes, st.flush_counter),
+                limit,
+            )
             .map_err(|f| side_fault(side, f, st.job.deadline_ms))?;
         st.gpu_ms += ms;
         Ok(ms)
@@ -563,10 +589,19 @@ impl Harness {
     }
 
     /// Whether the candidate's `in` buffers differ from input set `seed` (waits).
-    fn inputs_modified(&self, st: &JobState, c: &JobConfig, mem: &ConfigMemory, seed: u64) -> Run<bool> {
+    fn inputs_modified(
+        &self,
+        st: &JobState,
+        c: &JobConfig,
+        mem: &ConfigMemory,
+        seed: u64,
+    ) -> Run<bool> {
         ours(self.slots.reset())?;
         self.enqueue_verify(st, c, mem, seed, self.slots.slot(0))?;
-        ours(self.gpu.sync(|| "synchronize after input verification".into()))?;
+        ours(
+            self.gpu
+                .sync(|| "synchronize after input verification".into()),
+        )?;
         Ok(ours(self.slots.read())?[0].mismatches > 0)
     }
 
@@ -595,7 +630,13 @@ impl Harness {
         Ok(())
     }
 
-    fn enqueue_compare(&self, st: &JobState, c: &JobConfig, mem: &ConfigMemory, slot: DevSlice) -> Run<()> {
+    fn enqueue_compare(
+        &self,
+        st: &JobState,
+        c: &JobConfig,
+        mem: &ConfigMemory,
+        slot: DevSlice,
+    ) -> Run<()> {
         let (got, want) = (mem.slices(Side::Candidate), mem.slices(Side::Reference));
         for (i, b) in st.job.buffers.iter().enumerate() {
             if b.direction.is_output() {
@@ -771,8 +812,7 @@ impl Harness {
     ) -> Run<Timed> {
         let job = st.job;
         let flush = opts.flush_l2;
-        let calibration =
-            self.calibrate(st, c, mem, opts, (ref_key, c.name.clone()), flush)?;
+        let calibration = self.calibrate(st, c, mem, opts, (ref_key, c.name.clone()), flush)?;
         let mut sched = Schedule::new(job.seed, opts);
         let lr = runner_launches(job, c, &c.reference);
         let lc = runner_launches(job, c, &c.candidate);

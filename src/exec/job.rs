@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::candidate::{Candidate, PlanLimits, ResolvedPlan};
+use crate::candidate::{Candidate, ResolvedPlan};
 use crate::compile::CompiledModule;
 use crate::task::{DType, Direction, Distribution, Param, Task, Tolerance};
 
@@ -218,8 +218,13 @@ pub struct JobParts<'a> {
     pub reference: (&'a Candidate, &'a CompiledModule),
     /// The candidate after its ABI check.
     pub candidate: (&'a Candidate, &'a CompiledModule),
-    /// Plan limits.
-    pub limits: &'a PlanLimits,
+    /// The reference's plan for each entry of `configs`, resolved once by the pipeline.
+    pub reference_plans: &'a [ResolvedPlan],
+    /// The candidate's plan for each entry of `configs`, resolved once by the pipeline.
+    pub candidate_plans: &'a [ResolvedPlan],
+    /// Index into `configs` of the config to time (the pipeline's one rule:
+    /// `pipeline::timing_config`, also used for static occupancy).
+    pub timing_config: usize,
     /// Input seed.
     pub seed: u64,
     /// Timing, if wanted.
@@ -261,8 +266,18 @@ impl ExecJob {
             }
         }
         let mut configs = Vec::new();
-        let mut timing_config = 0;
-        let mut largest = 0u64;
+        let timing_config = p.timing_config;
+        if timing_config >= p.configs.len().max(1)
+            || p.reference_plans.len() != p.configs.len()
+            || p.candidate_plans.len() != p.configs.len()
+        {
+            return Err(BuildError::Reference(format!(
+                "{} configs, {} reference plans, {} candidate plans, timed config {timing_config}: they must match",
+                p.configs.len(),
+                p.reference_plans.len(),
+                p.candidate_plans.len()
+            )));
+        }
         for (k, &ci) in p.configs.iter().enumerate() {
             let cfg = task
                 .configs
@@ -270,19 +285,10 @@ impl ExecJob {
                 .ok_or_else(|| BuildError::Reference(format!("config index {ci} out of range")))?;
             let lens: Vec<u64> = task
                 .buffer_lens(cfg)
-                .map_err(BuildError::Reference)?
+                .map_err(|e| BuildError::Reference(e.to_string()))?
                 .iter()
                 .map(|b| b.2)
                 .collect();
-            let bytes: u64 = lens
-                .iter()
-                .zip(&buffers)
-                .map(|(n, b)| n * b.dtype.size_bytes())
-                .sum();
-            if bytes > largest {
-                largest = bytes;
-                timing_config = k;
-            }
             let mut scalars = Vec::new();
             for param in &task.params {
                 scalars.push(match param {
@@ -320,23 +326,13 @@ impl ExecJob {
                     None
                 });
             }
-            let reference = p
-                .reference
-                .0
-                .resolve(task, cfg, p.limits)
-                .map_err(|e| BuildError::Reference(format!("reference plan: {e}")))?;
-            let candidate = p
-                .candidate
-                .0
-                .resolve(task, cfg, p.limits)
-                .map_err(|e| BuildError::Candidate(e.to_string()))?;
             configs.push(JobConfig {
                 name: cfg.name.clone(),
                 lens,
                 scalars,
                 fills,
-                reference,
-                candidate,
+                reference: p.reference_plans[k].clone(),
+                candidate: p.candidate_plans[k].clone(),
             });
         }
         let flops = match (&task.flops, p.configs.get(timing_config)) {

@@ -20,7 +20,7 @@ pub mod timing;
 mod values;
 
 pub use driver::CudaError;
-pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor};
+pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor, GpuUnavailable};
 pub use harness::GpuHandler;
 pub use job::{
     BuildError, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, TimingOptions,

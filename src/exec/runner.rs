@@ -190,7 +190,12 @@ impl RunnerState {
         flush_value: u32,
     ) -> Result<f64, CudaError> {
         let stream = self.gpu.stream();
-        if flush_bytes > 0 && self.flush.as_ref().is_none_or(|f| f.bytes as u64 != flush_bytes) {
+        if flush_bytes > 0
+            && self
+                .flush
+                .as_ref()
+                .is_none_or(|f| f.bytes as u64 != flush_bytes)
+        {
             self.flush = None;
             self.flush = Some(self.gpu.alloc(flush_bytes as usize, "L2 flush buffer")?);
         }
@@ -338,9 +343,8 @@ impl RunnerClient {
     pub fn new(what: &str) -> Result<RunnerClient, String> {
         let exe = std::env::current_exe()
             .map_err(|e| format!("cannot find this executable to start the {what} runner: {e}"))?;
-        let spec: WorkerSpec =
-            crate::worker::WorkerCommand::new(exe, crate::worker::Role::Runner)
-                .spec(crate::worker::Role::Runner);
+        let spec: WorkerSpec = crate::worker::WorkerCommand::new(exe, crate::worker::Role::Runner)
+            .spec(crate::worker::Role::Runner);
         Ok(RunnerClient {
             pool: Pool::new(vec![spec]),
             loaded: None,
@@ -414,7 +418,11 @@ impl RunnerClient {
     }
 
     /// Allocates buffers; returns their IPC handles.
-    pub fn alloc(&mut self, bytes: Vec<u64>, limit: Duration) -> Result<Vec<IpcHandle>, RunnerFault> {
+    pub fn alloc(
+        &mut self,
+        bytes: Vec<u64>,
+        limit: Duration,
+    ) -> Result<Vec<IpcHandle>, RunnerFault> {
         match self.call(&RunnerCmd::Alloc { bytes }, limit)? {
             RunnerReply::Allocated { handles } => handles
                 .iter()
@@ -423,7 +431,9 @@ impl RunnerClient {
                         .decode(h)
                         .ok()
                         .and_then(|v| IpcHandle::try_from(v.as_slice()).ok())
-                        .ok_or_else(|| RunnerFault::Unavailable("runner sent a malformed IPC handle".into()))
+                        .ok_or_else(|| {
+                            RunnerFault::Unavailable("runner sent a malformed IPC handle".into())
+                        })
                 })
                 .collect(),
             other => Err(Self::unexpected(other)),

@@ -90,7 +90,8 @@ impl StatsSlots {
     pub fn reset(&self) -> Result<(), CudaError> {
         let mut init = vec![0u8; self.slots * STATS_BYTES];
         for s in 0..self.slots {
-            init[s * STATS_BYTES + 16..s * STATS_BYTES + 24].copy_from_slice(&u64::MAX.to_le_bytes());
+            init[s * STATS_BYTES + 16..s * STATS_BYTES + 24]
+                .copy_from_slice(&u64::MAX.to_le_bytes());
         }
         self.buf.slice().write(&init)
     }
@@ -158,7 +159,11 @@ impl Support {
     }
 
     fn grid(&self, n: u64) -> [u32; 3] {
-        [n.div_ceil(256).clamp(1, self.max_blocks as u64) as u32, 1, 1]
+        [
+            n.div_ceil(256).clamp(1, self.max_blocks as u64) as u32,
+            1,
+            1,
+        ]
     }
 
     /// Writes `n` elements generated from `seed` into `dst`.

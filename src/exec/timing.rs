@@ -71,7 +71,8 @@ pub fn rel_mad(xs: &[f64]) -> f64 {
 /// A seed for purpose `domain`, index `i`, derived from a job's secret (splitmix64 steps:
 /// every derived seed is unrelated to the others for anyone without the secret).
 pub fn derive_seed(secret: u64, domain: u64, i: u64) -> u64 {
-    let mut z = secret ^ domain.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut z =
+        secret ^ domain.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     for _ in 0..2 {
         z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -191,7 +192,10 @@ mod tests {
             warmups.insert(s.warmup);
             mins.insert(s.min_reps);
         }
-        assert!(warmups.len() >= 4 && mins.len() >= 5, "{warmups:?} {mins:?}");
+        assert!(
+            warmups.len() >= 4 && mins.len() >= 5,
+            "{warmups:?} {mins:?}"
+        );
     }
 
     #[test]

@@ -113,5 +113,4 @@ mod tests {
         assert_eq!(element_value(DType::Bf16, &[0x80, 0x3f]), 1.0);
         assert_eq!(element_value(DType::U8, &[200]), 200.0);
     }
-
 }

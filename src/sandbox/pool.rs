@@ -95,8 +95,8 @@ impl Worker {
     /// unusable.
     fn start(spec: &WorkerSpec, wait: Duration) -> Result<Worker, String> {
         let program = spec.program.display();
-        let mut w = Worker::spawn(spec)
-            .map_err(|e| format!("cannot start worker `{program}`: {e}"))?;
+        let mut w =
+            Worker::spawn(spec).map_err(|e| format!("cannot start worker `{program}`: {e}"))?;
         let fail = |w: Worker, what: String| -> String {
             let tail = last_lines(&w.kill(), 3, " | ");
             if tail.is_empty() {
