@@ -1,10 +1,12 @@
 //! [`StructuralReward`]: the structure stage's hand-weighted score as a reward.
 
-use super::{Context, Evaluation, Result, Reward, Stage};
+use super::{unavailable, CompileStatus, Context, Evaluation, Result, Reward, Stage};
 use crate::analysis::Features;
 
 /// The hand-weighted structural score in [-1, 1] (see `analysis::structural_score`);
-/// 0 when there is no code to analyse.
+/// 0 when there is no code to analyse. The score reads the compile stage's registers and
+/// spills, so it is unavailable (not a number computed without them) when the compile stage
+/// could not run here.
 pub struct StructuralReward;
 
 impl Reward for StructuralReward {
@@ -15,6 +17,16 @@ impl Reward for StructuralReward {
         Stage::Structure
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        if let Some(c) = &eval.stages.compile {
+            if c.status == CompileStatus::Unavailable {
+                return Err(unavailable(
+                    self,
+                    Stage::Compile,
+                    c.reason.clone().unwrap_or_default(),
+                    eval,
+                ));
+            }
+        }
         Ok(eval.stages.structure.as_ref().map_or(0.0, |s| s.score))
     }
 }
