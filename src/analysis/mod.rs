@@ -38,6 +38,7 @@ mod divergence;
 mod features;
 mod loops;
 mod memory_ops;
+mod node;
 mod occupancy;
 pub(crate) mod parse;
 mod score;

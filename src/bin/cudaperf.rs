@@ -472,7 +472,7 @@ fn features(
             serde_json::to_string_pretty(&stage).map_err(|e| e.to_string())?
         );
     } else {
-        let t = &stage.features["totals"];
+        let t = serde_json::to_value(&stage.features.totals).map_err(|e| e.to_string())?;
         println!("{}: structural score {:.3}", file.display(), stage.score);
         println!("  global accesses: {}", t["global_accesses"]);
         for o in &stage.occupancy {

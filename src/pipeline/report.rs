@@ -230,8 +230,8 @@ pub struct StructureStage {
     pub terms: Vec<Term>,
     /// Static occupancy per launch on the spec device, for the timed (largest) config.
     pub occupancy: Vec<LaunchOccupancy>,
-    /// The features, as produced by the analysis (see `analysis::Features`).
-    pub features: serde_json::Value,
+    /// The features, as produced by the analysis.
+    pub features: crate::analysis::Features,
 }
 
 /// Static occupancy of one launch (`stages.structure.occupancy[]`).

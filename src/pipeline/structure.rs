@@ -71,7 +71,7 @@ pub fn stage_from(
             })
             .collect(),
         occupancy,
-        features: serde_json::to_value(features).unwrap_or_default(),
+        features: features.clone(),
     }
 }
 
