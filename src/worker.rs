@@ -13,11 +13,9 @@
 //! | `diag` | ping, sleep, exit: tests of the pool itself | tests |
 //!
 //! ```no_run
-//! fn main() {
-//!     // Returns at once unless this process was started as a worker.
-//!     cudaperf::worker::run_if_requested();
-//!     // ... the trainer ...
-//! }
+//! // First thing in `main`: returns at once unless this process was started as a worker.
+//! cudaperf::worker::run_if_requested();
+//! // ... the trainer ...
 //! ```
 
 use std::path::{Path, PathBuf};

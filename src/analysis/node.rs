@@ -70,7 +70,7 @@ impl<'t> NodeExt<'t> for Node<'t> {
     #[inline]
     fn kind_str(&self) -> &'t str {
         match tables().kinds.get(usize::from(self.kind_id())) {
-            Some(k) if !k.is_empty() => *k,
+            Some(k) if !k.is_empty() => k,
             // ERROR and other built-in symbols outside the table.
             _ => self.kind(),
         }

@@ -89,7 +89,7 @@ pub struct CompileOptions {
     pub cache_dir: Option<PathBuf>,
     /// Where compiles run (default [`Isolation::Sandboxed`]).
     pub isolation: Isolation,
-    /// Worker executable (default: found by [`find_worker`]).
+    /// Worker executable (default: found by [`crate::worker::find_worker`]).
     pub worker: Option<PathBuf>,
     /// Compile workers (default: available parallelism, at most 8).
     pub workers: usize,

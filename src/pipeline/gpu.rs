@@ -96,6 +96,7 @@ impl GpuState {
 
     /// Runs the GPU job (correctness, and timing when `with_timing`) for a compiled
     /// candidate; every path gives a result.
+    #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         task: &Task,
