@@ -182,6 +182,7 @@ fn load_uncached() -> Result<NvrtcLib, NvrtcError> {
         match unsafe { libloading::Library::new(path) } {
             Ok(lib) => {
                 std::mem::forget(lib);
+                // SAFETY: only tries to open the library by name; no NVRTC call is made.
                 if !unsafe { sys::is_culib_present() } {
                     tried.push(format!(
                         "{} (opened, but cudarc could not find it by name)",
@@ -200,6 +201,7 @@ fn load_uncached() -> Result<NvrtcLib, NvrtcError> {
         }
     }
     // Last resort: whatever the system loader finds by name.
+    // SAFETY: only tries to open the library by name; no NVRTC call is made.
     if unsafe { sys::is_culib_present() } {
         let version = nvrtc_version()?;
         return Ok(NvrtcLib {
