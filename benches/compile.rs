@@ -43,7 +43,8 @@ fn bench(c: &mut Criterion) {
             worker: Some(worker.clone()),
             workers: 1,
             ..Default::default()
-        });
+        })
+        .expect("compiler");
         // Start the worker and load NVRTC in it before measuring.
         let _ = compiler.compile(&Candidate::parse(&fresh()).expect("candidate"));
         g.bench_function(name, |b| {
@@ -57,7 +58,8 @@ fn bench(c: &mut Criterion) {
     let compiler = Compiler::new(CompileOptions {
         isolation: Isolation::InProcess,
         ..Default::default()
-    });
+    })
+    .expect("compiler");
     let cand = Candidate::parse(SOURCE).expect("candidate");
     let _ = compiler.compile(&cand);
     g.bench_function("stage_cache_hit", |b| {

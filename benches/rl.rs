@@ -22,10 +22,13 @@ fn root() -> std::path::PathBuf {
 /// `(task, report, source)` for 64 candidates.
 fn group() -> Vec<(Task, RewardReport, String)> {
     let root = root();
-    let evaluator = Evaluator::new(EvalOptions {
+    // The fixtures are this repository's own kernels: compiled in-process (trusted).
+    let mut options = EvalOptions {
         no_gpu: true,
         ..EvalOptions::default()
-    });
+    };
+    options.compile.isolation = cudaperf::compile::Isolation::InProcess;
+    let evaluator = Evaluator::new(options).expect("evaluator");
     let mut base = Vec::new();
     let real: RewardReport = serde_json::from_str(
         &std::fs::read_to_string(

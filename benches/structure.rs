@@ -1,13 +1,21 @@
-//! Parse + structural features for every fixture kernel (`fixtures/kernels/*.cu`).
+//! The structure stage against its floor, a bare tree-sitter parse, for every fixture kernel
+//! (`fixtures/kernels/*.cu`), in one criterion run.
 //!
 //! Run: `cargo bench --bench structure -- --warm-up-time 1 --measurement-time 3`.
-//! Target: at most 100 µs for a 100-line kernel (`layernorm.cu`).
+//! Groups:
+//! * `parse_only`: tree-sitter-cuda parsing the source (the floor; the pipeline parses each
+//!   submission once, in the syntax stage, and shares the tree).
+//! * `structure_stage`: what the structure stage adds on the shared tree — features, the
+//!   structural score and the report's JSON (`analysis::analyze_tree` +
+//!   `pipeline::structure_stage_from`). Target (DESIGN.md §8): ≤ 1.3 × `parse_only`.
+//! * `parse_and_structure`: both, i.e. `SourceTree::parse` + the stage.
 
 use std::hint::black_box;
 use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use cudaperf::analysis::analyze;
+use cudaperf::analysis::{analyze_tree, SourceTree};
+use cudaperf::pipeline::structure_stage_from;
 
 fn fixtures() -> Vec<(String, Vec<u8>)> {
     let root = std::env::var("CARGO_MANIFEST_DIR")
@@ -29,18 +37,13 @@ fn fixtures() -> Vec<(String, Vec<u8>)> {
     out
 }
 
-fn bench_structure(c: &mut Criterion) {
-    let mut group = c.benchmark_group("analyze");
-    for (name, src) in fixtures() {
-        let lines = src.iter().filter(|b| **b == b'\n').count();
-        group.throughput(Throughput::Bytes(src.len() as u64));
-        group.bench_function(format!("{name} ({lines} lines)"), |b| {
-            b.iter(|| analyze(black_box(&src)))
-        });
-    }
-    group.finish();
+fn name(n: &str, src: &[u8]) -> String {
+    let lines = src.iter().filter(|b| **b == b'\n').count();
+    format!("{n} ({lines} lines)")
+}
 
-    // Baseline: tree-sitter parsing alone, to separate parse cost from feature cost.
+fn bench_structure(c: &mut Criterion) {
+    let kernels = fixtures();
     let mut parser = tree_sitter::Parser::new();
     if parser
         .set_language(&tree_sitter_cuda::LANGUAGE.into())
@@ -49,8 +52,37 @@ fn bench_structure(c: &mut Criterion) {
         return;
     }
     let mut group = c.benchmark_group("parse_only");
-    for (name, src) in fixtures() {
-        group.bench_function(name, |b| b.iter(|| parser.parse(black_box(&src), None)));
+    for (n, src) in &kernels {
+        group.throughput(Throughput::Bytes(src.len() as u64));
+        group.bench_function(name(n, src), |b| {
+            b.iter(|| parser.parse(black_box(src), None))
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("structure_stage");
+    for (n, src) in &kernels {
+        let tree = SourceTree::parse(src).expect("parses");
+        group.throughput(Throughput::Bytes(src.len() as u64));
+        group.bench_function(name(n, src), |b| {
+            b.iter(|| {
+                let f = analyze_tree(black_box(&tree));
+                structure_stage_from(&f, Vec::new(), &[])
+            })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("parse_and_structure");
+    for (n, src) in &kernels {
+        group.throughput(Throughput::Bytes(src.len() as u64));
+        group.bench_function(name(n, src), |b| {
+            b.iter(|| {
+                let tree = SourceTree::parse(black_box(src)).expect("parses");
+                let f = analyze_tree(&tree);
+                structure_stage_from(&f, Vec::new(), &[])
+            })
+        });
     }
     group.finish();
 }

@@ -6,7 +6,7 @@
 //! Without a GPU the GPU stages report `unavailable` and the reward says so instead of
 //! inventing a number; the CPU stages (extract, syntax, compile, structure, ranker) still run.
 
-use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, RewardError, Submission};
+use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, Submission};
 use cudaperf::task::Task;
 
 const COMPLETION: &str = r#"Here is a version that lets each thread move four floats at once.
@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         env!("CARGO_MANIFEST_DIR"),
         "/fixtures/tasks/vector_add"
     ))?;
-    let evaluator = Evaluator::new(EvalOptions::default());
+    let evaluator = Evaluator::new(EvalOptions::default())?;
     let ctx = Context::new(&task, &evaluator);
     let sub = Submission::from_completion(COMPLETION);
     match presets::cudaperf().score(&ctx, &sub) {
@@ -41,19 +41,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("reward {:.4}", scored.value);
             println!("{}", serde_json::to_string_pretty(&scored.report)?);
         }
-        Err(RewardError::Unavailable {
-            stage,
-            reason,
-            report,
-            ..
-        }) => {
-            println!("no reward: stage {stage:?} unavailable ({reason})");
+        Err(e) => {
+            let report = e.report();
+            println!("no reward ({}): {e}", report.verdict);
             println!(
                 "what ran: {}",
                 serde_json::to_string_pretty(&report.stages)?
             );
         }
-        Err(e) => return Err(e.into()),
     }
     Ok(())
 }

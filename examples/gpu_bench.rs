@@ -59,14 +59,6 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn evaluator(workers: usize) -> Evaluator {
-    // The ranker model of the checkout it runs in (the compiled-in path may not exist on the
-    // GPU machine); the default otherwise.
-    let local = std::path::PathBuf::from("fixtures/models/ranker");
-    let ranker_model = if local.join(cudaperf::ranker::METADATA_FILE).is_file() {
-        Some(local)
-    } else {
-        EvalOptions::default().ranker_model
-    };
     // Without a `cudaperf` worker (CUDAPERF_WORKER, or beside this binary) this binary serves
     // as its own worker (see `main`), so it can be carried alone to a GPU machine.
     let worker = cudaperf::worker::find_worker(None, cudaperf::worker::Role::Gpu)
@@ -74,7 +66,6 @@ fn evaluator(workers: usize) -> Evaluator {
         .then(|| std::env::current_exe().ok())
         .flatten();
     let mut o = EvalOptions {
-        ranker_model,
         exec: ExecOptions {
             workers_per_gpu: workers,
             timeout: Duration::from_secs(120),
@@ -84,7 +75,7 @@ fn evaluator(workers: usize) -> Evaluator {
         ..Default::default()
     };
     o.compile.worker = worker;
-    Evaluator::new(o)
+    Evaluator::new(o).expect("evaluator")
 }
 
 /// A fresh submission: a distinct comment defeats every cache.
@@ -212,7 +203,10 @@ fn main() {
         let mut jobs = std::collections::BTreeMap::new();
         for v in &evals {
             if let Some(x) = &v.stages.execute {
-                jobs.insert(((x.job_gpu_millis * 1e6) as u64, x.job_members), x.job_gpu_millis);
+                jobs.insert(
+                    ((x.job_gpu_millis * 1e6) as u64, x.job_members),
+                    x.job_gpu_millis,
+                );
             }
         }
         rows.push((
@@ -223,14 +217,20 @@ fn main() {
             // The same group scored 5 times: each member's speedup CV, median over members.
             let mut runs: Vec<Vec<f64>> = vec![raw_speedups(&evals)];
             for r in 0..4 {
-                let again: Vec<Submission> = subs.iter().map(|s| fresh(s.text(), 2000 + r)).collect();
-                runs.push(raw_speedups(&eg.evaluate_batch(&task, &again, Stage::Timing)));
+                let again: Vec<Submission> =
+                    subs.iter().map(|s| fresh(s.text(), 2000 + r)).collect();
+                runs.push(raw_speedups(&eg.evaluate_batch(
+                    &task,
+                    &again,
+                    Stage::Timing,
+                )));
             }
             let cvs: Vec<f64> = (0..16)
                 .map(|m| {
                     let xs: Vec<f64> = runs.iter().map(|r| r[m]).collect();
                     let mean = xs.iter().sum::<f64>() / xs.len() as f64;
-                    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
+                    let var =
+                        xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
                     100.0 * var.sqrt() / mean
                 })
                 .collect();
@@ -257,20 +257,19 @@ fn main() {
         let scored1 = reward.score_batch(&ctx, &turn1);
         let mut episodes = Vec::new();
         let mut prompt_bytes = 0;
-        if let Ok(s1) = &scored1 {
-            for (k, s) in s1.iter().enumerate() {
-                let mut ep = cudaperf::rl::Episode::new(&task.id);
-                ep.push(cudaperf::rl::Turn::new(turn1[k].text(), s.report.clone()));
-                prompt_bytes += ep.next_prompt(&task, &opts).map_or(0, |p| p.len());
-                episodes.push(ep);
-            }
+        for (k, s) in scored1.iter().enumerate() {
+            let Ok(s) = s else { continue };
+            let mut ep = cudaperf::rl::Episode::new(&task.id);
+            ep.push(cudaperf::rl::Turn::new(turn1[k].text(), s.report.clone()));
+            prompt_bytes += ep.next_prompt(&task, &opts).map_or(0, |p| p.len());
+            episodes.push(ep);
         }
         let turn2: Vec<Submission> = (0..16)
             .map(|k| fresh(others[k % others.len()], 3000 + k))
             .collect();
         let scored2 = reward.score_batch(&ctx, &turn2);
-        if let Ok(s2) = &scored2 {
-            for (ep, (sub, s)) in episodes.iter_mut().zip(turn2.iter().zip(s2)) {
+        for (ep, (sub, s)) in episodes.iter_mut().zip(turn2.iter().zip(&scored2)) {
+            if let Ok(s) = s {
                 ep.push(cudaperf::rl::Turn::new(sub.text(), s.report.clone()));
             }
         }
@@ -279,7 +278,11 @@ fn main() {
         rows.push((
             format!(
                 "multi-turn group 16 × 2 turns, feedback + advantages (s{})",
-                if scored1.is_ok() && scored2.is_ok() && adv.is_ok() && prompt_bytes > 0 {
+                if scored1.iter().chain(&scored2).all(Result::is_ok)
+                    && episodes.len() == 16
+                    && adv.is_ok()
+                    && prompt_bytes > 0
+                {
                     ""
                 } else {
                     ", FAILED"

@@ -74,6 +74,16 @@ pub enum CandidateError {
         /// What is out of range.
         message: String,
     },
+    /// The completion or source is larger than the size cap; nothing was parsed.
+    #[error("the {what} is {bytes} bytes, more than the {limit}-byte limit")]
+    TooLarge {
+        /// `completion` or `source`.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
+        /// The cap ([`MAX_SOURCE_BYTES`] or [`MAX_COMPLETION_BYTES`]).
+        limit: usize,
+    },
 }
 
 /// One argument of a launch with explicit `args=(...)`.
@@ -516,19 +526,21 @@ fn parse_scratch(line: usize, text: &str) -> Result<Scratch, CandidateError> {
     })
 }
 
-/// Bytes of source accepted; larger inputs are rejected before any parsing.
+/// Bytes of source accepted; larger inputs are rejected before any parsing (the syntax
+/// tree of 5 MB of CUDA takes about 20 s and 730 MB to build).
 pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+
+/// Bytes of LLM completion accepted (the code block and the prose around it).
+pub const MAX_COMPLETION_BYTES: usize = 2 << 20;
 
 impl Candidate {
     /// Parses the launch plan from a CUDA source.
     pub fn parse(source: &str) -> Result<Candidate, CandidateError> {
         if source.len() > MAX_SOURCE_BYTES {
-            return Err(CandidateError::BadDirective {
-                line: 0,
-                message: format!(
-                    "source is {} bytes, more than the {MAX_SOURCE_BYTES}-byte limit",
-                    source.len()
-                ),
+            return Err(CandidateError::TooLarge {
+                what: "source",
+                bytes: source.len(),
+                limit: MAX_SOURCE_BYTES,
             });
         }
         let mut launches = Vec::new();
@@ -870,8 +882,16 @@ impl Candidate {
     }
 }
 
-/// Picks the code block of a completion (see [`Candidate::from_completion`]).
+/// Picks the code block of a completion (see [`Candidate::from_completion`]). Completions
+/// over [`MAX_COMPLETION_BYTES`] are refused before they are scanned.
 pub fn extract_code(text: &str) -> Result<String, CandidateError> {
+    if text.len() > MAX_COMPLETION_BYTES {
+        return Err(CandidateError::TooLarge {
+            what: "completion",
+            bytes: text.len(),
+            limit: MAX_COMPLETION_BYTES,
+        });
+    }
     let blocks: Vec<(String, String)> = code_blocks(text)
         .into_iter()
         .filter(|(info, _)| CODE_FENCES.contains(&info.split_whitespace().next().unwrap_or("")))

@@ -11,21 +11,33 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let task = Task::load("fixtures/tasks/vector_add")?;
-//! let evaluator = Evaluator::new(EvalOptions::default());
+//! let evaluator = Evaluator::new(EvalOptions::default())?;
 //! let reward = presets::cudaperf();
 //! let group = vec![Submission::from_completion("```cuda\n...\n```")];
-//! let scored = reward.score_batch(&Context::new(&task, &evaluator), &group)?;
-//! println!("{}", serde_json::to_string_pretty(&scored[0].report)?);
+//! // One result per completion: a value with its report, or why there is none.
+//! for result in reward.score_batch(&Context::new(&task, &evaluator), &group) {
+//!     match result {
+//!         Ok(scored) => println!("{} {}", scored.value, scored.report.verdict),
+//!         Err(e) => println!("no reward: {e}"),
+//!     }
+//! }
 //! # Ok(()) }
 //! ```
-//!
-//! Pipeline (cheapest first; each stage short-circuits the rest): [`candidate`] extraction →
-//! [`syntax`] → [`compile`] (NVRTC) → structure → [`exec`] (GPU correctness and timing,
-//! in [`sandbox`] workers) → ranker → [`reward`] combination.
 //!
 //! For RL trainers, [`rl`] turns reports into next-turn feedback and groups of rewards into
 //! advantages (GRPO, Dr. GRPO, RLOO, multi-turn returns, noise-aware speed terms), and holds
 //! the multi-turn [`rl::Episode`] type; `examples/grpo.rs` is a reference GRPO loop on it.
+//!
+//! The [`pipeline`] runs the stages in order (cheapest first; each short-circuits the
+//! rest): extract ([`candidate`]) → syntax → compile ([`compile`], NVRTC) → structure
+//! ([`analysis`]) → ranker ([`ranker`]) → correctness and timing ([`exec`], in [`sandbox`]
+//! workers); [`reward`] turns its report into numbers.
+//!
+//! Cargo features: `cli` (default) builds the `cudaperf` command line and what only it
+//! needs (clap, indicatif, tracing-subscriber, plotters); a trainer can link the library
+//! with `default-features = false`. `serve` (default) adds [`serve`]: the HTTP reward
+//! server and the Redis Streams queue behind `cudaperf serve` / `cudaperf node`. `tch`
+//! switches the ranker's burn backend to libtorch.
 #![deny(missing_docs)]
 
 pub mod analysis;
@@ -34,6 +46,7 @@ pub mod compile;
 pub mod dataset;
 pub mod exec;
 pub mod expr;
+pub mod pipeline;
 mod prompt;
 pub mod ranker;
 pub mod reward;
@@ -41,7 +54,6 @@ pub mod rl;
 pub mod sandbox;
 #[cfg(feature = "serve")]
 pub mod serve;
-pub mod syntax;
 pub mod task;
 pub mod timings;
 pub mod worker;

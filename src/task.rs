@@ -507,6 +507,36 @@ fn read_task_file(
     }
 }
 
+/// Why a buffer's size could not be computed for a configuration.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SizeError {
+    /// The length expression could not be evaluated.
+    #[error("buffer `{buffer}`: {source}")]
+    Expr {
+        /// The buffer.
+        buffer: String,
+        /// The expression error.
+        source: crate::expr::ExprError,
+    },
+    /// The length is negative.
+    #[error("buffer `{buffer}` has negative length {len} (len = {expr})")]
+    Negative {
+        /// The buffer.
+        buffer: String,
+        /// The value.
+        len: i64,
+        /// The expression.
+        expr: String,
+    },
+    /// The byte count does not fit in 64 bits.
+    #[error("buffer `{buffer}` size overflows")]
+    Overflow {
+        /// The buffer.
+        buffer: String,
+    },
+}
+
 impl Task {
     /// Loads a task from its folder or its `task.toml`, with default limits.
     pub fn load(path: impl AsRef<Path>) -> Result<Task, TaskError> {
@@ -899,7 +929,7 @@ impl Task {
     }
 
     /// Element count of each buffer for a config, in ABI order (name, dtype, len).
-    pub fn buffer_lens(&self, config: &InputConfig) -> Result<Vec<(&str, DType, u64)>, String> {
+    pub fn buffer_lens(&self, config: &InputConfig) -> Result<Vec<(&str, DType, u64)>, SizeError> {
         let mut out = Vec::new();
         for p in &self.params {
             if let Param::Buffer {
@@ -908,11 +938,16 @@ impl Task {
             {
                 let n = len
                     .eval_int(&config.sizes)
-                    .map_err(|e| format!("buffer `{name}`: {e}"))?;
+                    .map_err(|source| SizeError::Expr {
+                        buffer: name.clone(),
+                        source,
+                    })?;
                 if n < 0 {
-                    return Err(format!(
-                        "buffer `{name}` has negative length {n} (len = {len})"
-                    ));
+                    return Err(SizeError::Negative {
+                        buffer: name.clone(),
+                        len: n,
+                        expr: len.to_string(),
+                    });
                 }
                 out.push((name.as_str(), *dtype, n as u64));
             }
@@ -921,13 +956,15 @@ impl Task {
     }
 
     /// Total bytes of all ABI buffers for a config.
-    pub fn buffer_bytes(&self, config: &InputConfig) -> Result<u64, String> {
+    pub fn buffer_bytes(&self, config: &InputConfig) -> Result<u64, SizeError> {
         self.buffer_lens(config)?
             .iter()
             .try_fold(0u64, |acc, (name, dtype, n)| {
                 n.checked_mul(dtype.size_bytes())
                     .and_then(|b| acc.checked_add(b))
-                    .ok_or_else(|| format!("buffer `{name}` size overflows"))
+                    .ok_or_else(|| SizeError::Overflow {
+                        buffer: name.to_string(),
+                    })
             })
     }
 

@@ -13,7 +13,7 @@
 //! | `diag` | ping, sleep, exit: tests of the pool itself | tests |
 //!
 //! ```no_run
-//! // First thing in `main`; returns at once unless this process was started as a worker.
+//! // First thing in `main`: returns at once unless this process was started as a worker.
 //! cudaperf::worker::run_if_requested();
 //! // ... the trainer ...
 //! ```
@@ -129,31 +129,61 @@ impl WorkerCommand {
     }
 }
 
+/// No worker executable was found; says where the search looked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no `{role}` worker executable found (looked for: {searched})")]
+pub struct WorkerNotFound {
+    /// The role a worker was wanted for.
+    pub role: Role,
+    /// The places tried, in order.
+    pub searched: String,
+}
+
 /// Finds the worker executable for `role`: `explicit`, then `$CUDAPERF_WORKER`, then a
 /// `cudaperf` binary beside the current executable (or one folder up, where cargo puts test
 /// binaries), then the current executable if it is `cudaperf` itself.
 pub fn find_worker(explicit: Option<&Path>, role: Role) -> Option<WorkerCommand> {
+    locate_worker(explicit, role).ok()
+}
+
+/// [`find_worker`], saying where it looked when nothing is found.
+pub fn locate_worker(explicit: Option<&Path>, role: Role) -> Result<WorkerCommand, WorkerNotFound> {
     if let Some(p) = explicit {
-        return Some(WorkerCommand::new(p, role));
+        return Ok(WorkerCommand::new(p, role));
     }
     if let Some(p) = std::env::var_os(WORKER_ENV).filter(|p| !p.is_empty()) {
-        return Some(WorkerCommand::new(PathBuf::from(p), role));
+        return Ok(WorkerCommand::new(PathBuf::from(p), role));
     }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
+    let mut searched = vec![
+        "an explicit worker path (none given)".to_string(),
+        format!("${WORKER_ENV} (unset)"),
+    ];
+    let not_found = |searched: Vec<String>| WorkerNotFound {
+        role,
+        searched: searched.join(", "),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            searched.push(format!("beside the current executable (unknown: {e})"));
+            return Err(not_found(searched));
+        }
+    };
+    let dir = exe.parent().unwrap_or(Path::new("."));
     let beside = [
         Some(dir.join("cudaperf")),
         dir.parent().map(|p| p.join("cudaperf")),
     ];
     for candidate in beside.into_iter().flatten() {
         if candidate.is_file() && candidate != exe {
-            return Some(WorkerCommand::new(candidate, role));
+            return Ok(WorkerCommand::new(candidate, role));
         }
+        searched.push(candidate.display().to_string());
     }
     if exe.file_name().and_then(|n| n.to_str()) == Some("cudaperf") {
-        return Some(WorkerCommand::new(exe, role));
+        return Ok(WorkerCommand::new(exe, role));
     }
-    None
+    Err(not_found(searched))
 }
 
 /// Jobs of the `diag` role.

@@ -24,6 +24,9 @@ struct Case {
     /// Dotted path → substring of that string value.
     #[serde(default)]
     contains: BTreeMap<String, String>,
+    /// Dotted paths that must be null (stages that must not run).
+    #[serde(default)]
+    null: Vec<String>,
     /// Extra CLI arguments.
     #[serde(default)]
     args: Vec<String>,
@@ -146,6 +149,14 @@ fn bad_candidates_get_their_expected_outcome() {
             &report,
             &mut errs,
         );
+        for path in &case.null {
+            if !at(&report, path).is_null() {
+                errs.push(format!(
+                    "{path} should be null (not run), got {}",
+                    at(&report, path)
+                ));
+            }
+        }
         for (path, sub) in &case.contains {
             let v = at(&report, path);
             if !v.as_str().is_some_and(|s| s.contains(sub.as_str())) {

@@ -215,7 +215,7 @@ bad_plan! {
     /// A launch of a kernel the source does not define names what it found.
     unknown_kernel: vadd("// @launch vector_mul grid=(1) block=(1)") => CandidateError::UnknownKernel { line: 1, .. }, "found: vector_add";
     /// Sources past the size limit are refused before parsing.
-    source_too_large: vadd(&format!("// @launch vector_add grid=(1) block=(1)\n{}", "x".repeat(cudaperf::candidate::MAX_SOURCE_BYTES))) => CandidateError::BadDirective { line: 0, .. }, "byte limit";
+    source_too_large: vadd(&format!("// @launch vector_add grid=(1) block=(1)\n{}", "x".repeat(cudaperf::candidate::MAX_SOURCE_BYTES))) => CandidateError::TooLarge { what: "source", .. }, "byte limit";
 }
 
 // ---------------------------------------------------------------- ABI checks

@@ -6,7 +6,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use cudaperf::candidate::Candidate;
-use cudaperf::compile::{CompileOptions, CompileOutcome, Compiler, Isolation};
+use cudaperf::compile::{CompileOptions, CompileOutcome, Compiler, CompilerError, Isolation};
+use cudaperf::pipeline::{compile_stage_of, CompileStatus};
 
 /// Options that run compiles in sandboxed workers started from the test's worker binary.
 fn sandboxed() -> CompileOptions {
@@ -20,7 +21,9 @@ fn sandboxed() -> CompileOptions {
 
 fn compile(options: CompileOptions, source: &str) -> CompileOutcome {
     let cand = Candidate::parse(source).unwrap_or_else(|e| panic!("candidate: {e}"));
-    Compiler::new(options).compile(&cand)
+    Compiler::new(options)
+        .unwrap_or_else(|e| panic!("compiler: {e}"))
+        .compile(&cand)
 }
 
 fn unwrap_compiled(outcome: &CompileOutcome) -> &cudaperf::compile::CompiledModule {
@@ -34,7 +37,7 @@ fn unwrap_compiled(outcome: &CompileOutcome) -> &cudaperf::compile::CompiledModu
 fn vector_add_reference_compiles_sandboxed() {
     require_nvrtc!();
     let src = common::read_fixture("tasks/vector_add/reference.cu");
-    let compiler = Compiler::new(sandboxed());
+    let compiler = Compiler::new(sandboxed()).expect("compiler");
     let out = compiler.compile(&Candidate::parse(&src).unwrap());
     assert!(compiler.is_sandboxed());
     let m = unwrap_compiled(&out);
@@ -43,8 +46,9 @@ fn vector_add_reference_compiles_sandboxed() {
     assert_eq!(m.kernels[0].name, "vector_add");
     assert!(m.kernels[0].registers > 0, "{:?}", m.kernels[0]);
     assert_eq!(m.kernels[0].spill_store_bytes, 0);
-    let stage = out.to_stage("sm_90", true);
-    assert!(stage.ok && stage.status == "compiled" && !stage.cached);
+    let stage = compile_stage_of(&out, "sm_90", Isolation::Sandboxed);
+    assert!(stage.ok && stage.status == CompileStatus::Compiled && !stage.cached);
+    assert_eq!(compiler.worker(), Some(common::cudaperf_bin().as_path()));
 }
 
 /// In-process compiles give the same result (used for the crate's trusted fixtures).
@@ -55,7 +59,8 @@ fn vector_add_reference_compiles_in_process() {
     let compiler = Compiler::new(CompileOptions {
         isolation: Isolation::InProcess,
         ..CompileOptions::default()
-    });
+    })
+    .expect("compiler");
     let out = compiler.compile(&Candidate::parse(&src).unwrap());
     assert!(!compiler.is_sandboxed());
     assert!(unwrap_compiled(&out).kernels[0].registers > 0);
@@ -125,7 +130,7 @@ fn second_compile_is_a_fast_cache_hit() {
     require_nvrtc!();
     let src = common::read_fixture("tasks/vector_add/reference.cu");
     let cand = Candidate::parse(&src).unwrap();
-    let compiler = Compiler::new(sandboxed());
+    let compiler = Compiler::new(sandboxed()).expect("compiler");
     let t0 = Instant::now();
     let first = compiler.compile(&cand);
     let first_time = t0.elapsed();
@@ -162,7 +167,7 @@ fn failures_are_cached() {
     require_nvrtc!();
     let src = "// @launch k grid=(1) block=(1)\nextern \"C\" __global__ void k(float* a) { a[0] = nope; }\n";
     let cand = Candidate::parse(src).unwrap();
-    let compiler = Compiler::new(sandboxed());
+    let compiler = Compiler::new(sandboxed()).expect("compiler");
     assert!(matches!(
         compiler.compile(&cand),
         CompileOutcome::Failed { cached: false, .. }
@@ -240,7 +245,7 @@ fn forbidden_include_is_rejected_without_leaking() {
     );
     let report = format!(
         "{out:?} {}",
-        serde_json::to_string(&out.to_stage("sm_90", true)).unwrap()
+        serde_json::to_string(&compile_stage_of(&out, "sm_90", Isolation::Sandboxed)).unwrap()
     );
     assert!(!report.contains("root:"), "{report}");
 }
@@ -256,21 +261,55 @@ fn nul_byte_is_rejected() {
     ));
 }
 
-/// An invalid arch is refused before anything reaches NVRTC's command line.
+/// An invalid arch is refused when the compiler is built, before anything reaches NVRTC's
+/// command line (it used to fail every candidate's compile instead).
 #[test]
-fn invalid_arch_is_unavailable() {
-    let src = common::read_fixture("tasks/vector_add/reference.cu");
-    let out = compile(
-        CompileOptions {
-            arch: "sm_90 -I/etc".into(),
-            ..sandboxed()
-        },
-        &src,
-    );
+fn invalid_arch_is_an_error() {
+    let err = Compiler::new(CompileOptions {
+        arch: "sm_90 -I/etc".into(),
+        ..sandboxed()
+    })
+    .err()
+    .expect("refused");
     assert!(
-        matches!(out, CompileOutcome::Unavailable { ref reason } if reason.contains("architecture")),
-        "{out:?}"
+        matches!(err, CompilerError::InvalidArch { .. })
+            && err.to_string().contains("sm_90 -I/etc"),
+        "{err}"
     );
+}
+
+/// A well-formed architecture NVRTC does not know is refused up front too (it used to make
+/// every correct kernel a compile error scored as the candidate's).
+#[test]
+fn unsupported_arch_is_an_error() {
+    require_nvrtc!();
+    let err = Compiler::new(CompileOptions {
+        arch: "sm_10".into(),
+        ..sandboxed()
+    })
+    .err()
+    .expect("refused");
+    assert!(matches!(err, CompilerError::UnsupportedArch(_)), "{err}");
+    assert!(
+        err.to_string().contains("sm_90"),
+        "lists what is supported: {err}"
+    );
+}
+
+/// An unusable cache folder is an error when the compiler is built, naming the folder.
+#[test]
+fn unusable_cache_dir_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Compiler::new(CompileOptions {
+        cache_dir: Some(file.join("cache")),
+        ..sandboxed()
+    })
+    .err()
+    .expect("refused");
+    assert!(matches!(err, CompilerError::CacheDir { .. }), "{err}");
+    assert!(err.to_string().contains("a-file"), "{err}");
 }
 
 /// A compile past its limit is killed and reported as Timeout; the worker is replaced and
@@ -283,13 +322,17 @@ fn slow_compile_times_out_and_the_worker_is_replaced() {
     let compiler = Compiler::new(CompileOptions {
         timeout: Duration::from_millis(1500),
         ..sandboxed()
-    });
+    })
+    .expect("compiler");
     let t = Instant::now();
     let out = compiler.compile(&Candidate::parse(&src).unwrap());
     let elapsed = t.elapsed();
     assert_eq!(out, CompileOutcome::Timeout { limit_ms: 1500 });
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
-    assert_eq!(out.to_stage("sm_90", true).status, "timeout");
+    assert_eq!(
+        compile_stage_of(&out, "sm_90", Isolation::Sandboxed).status,
+        CompileStatus::Timeout
+    );
     let ok = compiler.compile(
         &Candidate::parse(&common::read_fixture("tasks/vector_add/reference.cu")).unwrap(),
     );

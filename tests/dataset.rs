@@ -59,7 +59,8 @@ fn every_implementation_compiles_with_nvrtc() {
     let compiler = Compiler::new(CompileOptions {
         isolation: Isolation::InProcess, // the crate's own trusted sources
         ..Default::default()
-    });
+    })
+    .expect("compiler");
     let mut failures = Vec::new();
     let mut compiled = 0;
     for (task, imp) in ds.implementations() {
@@ -94,7 +95,7 @@ fn every_implementation_compiles_with_nvrtc() {
                 "{}/{}: {:?}",
                 task.id,
                 imp.name,
-                other.to_stage("sm_90", false)
+                cudaperf::pipeline::compile_stage_of(&other, "sm_90", Isolation::InProcess)
             )),
         }
     }
@@ -193,11 +194,17 @@ fn prompts_are_complete() {
 }
 
 /// `cudaperf dataset export --format jsonl` writes one {"id","kind","prompt"} per task, and
-/// `dataset stats --json` has the documented integer fields.
+/// `dataset stats --json` has the documented integer fields. Run from an unrelated folder:
+/// nothing depends on the current directory.
 #[test]
 fn cli_export_and_stats() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let tasks = common::fixture("tasks");
+    let timings = common::fixture("timings/h200.json");
     let out = common::cli()
-        .args(["dataset", "export", "--format", "jsonl"])
+        .current_dir(elsewhere.path())
+        .args(["dataset", "export", "--format", "jsonl", "--tasks"])
+        .arg(&tasks)
         .output()
         .expect("run cli");
     assert!(
@@ -216,18 +223,24 @@ fn cli_export_and_stats() {
         assert!(matches!(l["kind"].as_str(), Some("c2cuda" | "torch2cuda")));
     }
     let out = common::cli()
-        .args(["dataset", "stats", "--json"])
+        .current_dir(elsewhere.path())
+        .args(["dataset", "stats", "--json", "--tasks"])
+        .arg(&tasks)
+        .arg("--timings")
+        .arg(&timings)
         .output()
         .expect("run cli");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats json");
     for k in ["tasks", "implementations", "configs", "pairs"] {
         assert!(v[k].as_u64().is_some(), "{k}: {v}");
     }
+    assert!(v["pairs"].as_u64().unwrap_or(0) > 200, "{v}");
     assert!(
         v["by_kind"]["c2cuda"].as_u64().is_some() && v["by_kind"]["torch2cuda"].as_u64().is_some()
     );
     let bad = common::cli()
-        .args(["dataset", "export", "--format", "csv"])
+        .args(["dataset", "export", "--format", "csv", "--tasks"])
+        .arg(&tasks)
         .output()
         .expect("run cli");
     assert_eq!(bad.status.code(), Some(2));

@@ -6,7 +6,8 @@ mod common;
 use cudaperf::candidate::Candidate;
 use cudaperf::compile::{CompileOptions, Compiler, Isolation};
 use cudaperf::exec::{
-    ConfigCheck, CorrectnessStage, ExecJob, ExecResult, ExecStatus, JobParts, Mismatch, TimingStage,
+    ConfigCheck, CorrectnessStage, ExecJob, ExecResult, ExecStatus, JobParts, JobSide, Mismatch,
+    TimingStage,
 };
 use cudaperf::reward::{
     presets, Context, CorrectReward, EvalOptions, Evaluator, Reward, RewardError, Stage,
@@ -118,7 +119,8 @@ fn job_building_evaluates_everything() {
     let compiler = Compiler::new(CompileOptions {
         isolation: Isolation::InProcess,
         ..Default::default()
-    });
+    })
+    .expect("compiler");
     let mut reference = Candidate::parse(&task.reference.source).expect("reference");
     reference.check_abi(&task).expect("abi");
     let module = compiler
@@ -127,12 +129,21 @@ fn job_building_evaluates_everything() {
         .cloned()
         .expect("compiled");
     let configs: Vec<usize> = (0..task.configs.len()).collect();
+    // The pipeline resolves each plan once and picks the timed config by one rule.
+    let plan =
+        cudaperf::pipeline::Plan::resolve(&reference, &task, configs.clone(), &Default::default());
+    let plans = plan.resolved.clone().expect("plans");
+    let side = JobSide {
+        candidate: &reference,
+        module: &module,
+        plans: &plans,
+    };
     let job = ExecJob::build(JobParts {
         task: &task,
         configs: &configs,
-        reference: (&reference, &module),
-        candidates: &[(&reference, &module), (&reference, &module)],
-        limits: &Default::default(),
+        reference: side,
+        candidates: &[side, side],
+        timing_config: plan.timed,
         seed: 42,
         timing: None,
         max_device_bytes: 0,
@@ -169,6 +180,7 @@ fn cpu_evaluator() -> Evaluator {
         no_gpu: true,
         ..Default::default()
     })
+    .expect("evaluator")
 }
 
 /// Without a GPU the GPU stages say so; rewards that need them return `Unavailable` with

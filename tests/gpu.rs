@@ -52,7 +52,7 @@ fn evaluator_with(exec: ExecOptions) -> Evaluator {
         ..Default::default()
     };
     opts.compile.worker = worker();
-    Evaluator::new(opts)
+    Evaluator::new(opts).expect("evaluator")
 }
 
 fn task(id: &str) -> Task {

@@ -6,12 +6,12 @@ mod common;
 use cudaperf::reward::{Context, EvalOptions, Evaluator, RankerReward, Reward, Stage, Submission};
 
 fn evaluator() -> Evaluator {
+    // The default: the model embedded in the library, no file needed.
     let opts = EvalOptions {
         no_gpu: true,
-        ranker_model: Some(common::fixture("models/ranker")),
         ..Default::default()
     };
-    Evaluator::new(opts)
+    Evaluator::new(opts).expect("evaluator")
 }
 
 /// Guards the shipped model: on clearly separated pairs (>= 2x apart in the committed
@@ -61,14 +61,34 @@ fn reference_against_itself_is_zero() {
     assert!(v.abs() < 1e-6, "{v}");
 }
 
-/// Without a model the ranker stage says why and the reward is Unavailable, not a number.
+/// The embedded model is the shipped folder's model, bit for bit.
+#[test]
+fn embedded_model_is_the_shipped_folder() {
+    let embedded = cudaperf::ranker::TrainedRanker::shipped().expect("embedded model");
+    let folder = cudaperf::ranker::TrainedRanker::load_unchecked(common::fixture("models/ranker"))
+        .expect("folder");
+    assert_eq!(embedded, folder);
+    let e = evaluator();
+    let task = common::vector_add();
+    let eval = Context::new(&task, &e).evaluate(
+        &Submission::from_source(task.reference.source.clone()),
+        Stage::Ranker,
+    );
+    let r = eval.stages.ranker.expect("ranker stage");
+    assert_eq!(r.model, cudaperf::ranker::SHIPPED_ORIGIN);
+    assert!(r.error.is_none(), "{r:?}");
+}
+
+/// Without a readable model the ranker stage says why and the reward is Unavailable, not a
+/// number.
 #[test]
 fn missing_model_is_unavailable() {
     let e = Evaluator::new(EvalOptions {
         no_gpu: true,
         ranker_model: Some(std::env::temp_dir().join("no-such-ranker-model")),
         ..Default::default()
-    });
+    })
+    .expect("evaluator");
     let task = common::vector_add();
     let ctx = Context::new(&task, &e);
     let sub = Submission::from_source(task.reference.source.clone());

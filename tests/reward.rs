@@ -6,14 +6,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudaperf::compile::{CompileStage, CompiledModule, Resources};
+use cudaperf::compile::{CompiledModule, Isolation, Resources};
 use cudaperf::exec::{CorrectnessStage, ExecStatus, ExecuteStage, TimingStage};
 use cudaperf::reward::presets::{self, CudaPerfWeights, DhrclSchedule};
 use cudaperf::reward::{
-    Clip, Context, EvalOptions, Evaluation, Evaluator, ExtractStage, Gate, Map, Result, Reward,
-    Stage, Staged, Submission, Weighted,
+    Clip, CompileStage, CompileStatus, Context, EvalOptions, Evaluation, Evaluator,
+    ExtractErrorKind, ExtractStage, Gate, Map, Result, Reward, Stage, Staged, Submission,
+    SyntaxStage, Weighted,
 };
-use cudaperf::syntax::SyntaxStage;
 use cudaperf::task::Task;
 use proptest::prelude::*;
 
@@ -44,7 +44,8 @@ fn env() -> &'static Env {
         evaluator: Evaluator::new(EvalOptions {
             no_gpu: true,
             ..EvalOptions::default()
-        }),
+        })
+        .expect("evaluator"),
     })
 }
 
@@ -191,10 +192,10 @@ fn syntax(errors: u32) -> SyntaxStage {
     }
 }
 
-fn compile_stage(status: &str) -> CompileStage {
+fn compile_stage(status: CompileStatus) -> CompileStage {
     CompileStage {
-        ok: status == "compiled",
-        status: status.into(),
+        ok: status == CompileStatus::Compiled,
+        status,
         log: String::new(),
         kernels: vec![Resources {
             name: "vector_add".into(),
@@ -205,6 +206,7 @@ fn compile_stage(status: &str) -> CompileStage {
         millis: 30.0,
         arch: "sm_90".into(),
         sandboxed: true,
+        isolation: Isolation::Sandboxed,
         reason: None,
     }
 }
@@ -252,7 +254,7 @@ fn evaluation(o: Outcome) -> Evaluation {
     let extracted = !matches!(o, Outcome::NotExtracted { .. });
     e.stages.extract = ExtractStage {
         ok: extracted,
-        error_kind: (!extracted).then(|| "no_launch_plan".into()),
+        error_kind: (!extracted).then_some(ExtractErrorKind::NoLaunchPlan),
         error: None,
         kernels: if extracted {
             vec!["vector_add".into()]
@@ -276,10 +278,10 @@ fn evaluation(o: Outcome) -> Evaluation {
         Outcome::CompileError { .. } | Outcome::Rejected | Outcome::CompileTimeout
     );
     e.stages.compile = Some(compile_stage(match o {
-        Outcome::CompileError { .. } => "error",
-        Outcome::Rejected => "rejected",
-        Outcome::CompileTimeout => "timeout",
-        _ => "compiled",
+        Outcome::CompileError { .. } => CompileStatus::Error,
+        Outcome::Rejected => CompileStatus::Rejected,
+        Outcome::CompileTimeout => CompileStatus::Timeout,
+        _ => CompileStatus::Compiled,
     }));
     if !compiled {
         return e;

@@ -25,7 +25,7 @@ fn evaluator() -> &'static Evaluator {
             ..EvalOptions::default()
         };
         o.compile.worker = Some(common::cudaperf_bin());
-        Evaluator::new(o)
+        Evaluator::new(o).expect("evaluator")
     })
 }
 

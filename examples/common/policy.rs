@@ -143,16 +143,12 @@ pub fn report_features(r: &RewardReport) -> [f32; REPORT_FEATURES] {
     }
     if let Some(st) = &s.structure {
         f[6] = st.score as f32;
-        let g = &st.features["totals"]["global_accesses"];
-        let n: f64 = ["coalesced", "strided", "uniform", "indirect", "unknown"]
-            .iter()
-            .filter_map(|k| g[*k].as_f64())
-            .sum();
+        let g = &st.features.totals.global_accesses;
+        let n = f64::from(g.coalesced + g.strided + g.uniform + g.indirect + g.unknown);
         if n > 0.0 {
-            f[8] = (g["strided"].as_f64().unwrap_or(0.0) / n) as f32;
+            f[8] = (f64::from(g.strided) / n) as f32;
         }
-        let t = &st.features["totals"];
-        f[9] = f32::from(t["shared"]["bank_conflicts"].as_u64().unwrap_or(0) > 0);
+        f[9] = f32::from(st.features.totals.shared.bank_conflicts > 0);
         f[10] = st
             .occupancy
             .iter()
@@ -160,8 +156,8 @@ pub fn report_features(r: &RewardReport) -> [f32; REPORT_FEATURES] {
             .reduce(f64::min)
             .unwrap_or(0.0) as f32;
         f[11] = f32::from(
-            t["sync"]["divergent_barriers"].as_u64().unwrap_or(0)
-                + t["divergence"]["interleaved_modulo"].as_u64().unwrap_or(0)
+            st.features.totals.sync.divergent_barriers
+                + st.features.totals.divergence.interleaved_modulo
                 > 0,
         );
     }

@@ -87,7 +87,7 @@ impl Reward for StaticReward {
             .stages
             .compile
             .as_ref()
-            .filter(|c| c.status == "unavailable")
+            .filter(|c| c.status == cudaperf::pipeline::CompileStatus::Unavailable)
         {
             return Err(RewardError::Unavailable {
                 reward: self.name(),
@@ -96,6 +96,7 @@ impl Reward for StaticReward {
                 report: Box::new(RewardReport {
                     value: f64::NAN,
                     reward: self.name(),
+                    verdict: eval.verdict_at(Stage::Correctness),
                     terms: self.terms(ctx, eval),
                     stages: eval.stages.clone(),
                 }),

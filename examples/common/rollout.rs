@@ -221,20 +221,18 @@ pub enum Pick {
     Greedy,
 }
 
-/// Scores completions with `score_batch`; if the batch fails (a reward that cannot be computed
-/// for one of them), scores them one by one so the others still count.
+/// Scores completions with `score_batch`: one report per completion, `None` where its
+/// reward could not be computed here (the others still count).
 fn score(ctx: &Context, reward: &dyn Reward, completions: &[String]) -> Vec<Option<RewardReport>> {
     let subs: Vec<Submission> = completions
         .iter()
         .map(Submission::from_completion)
         .collect();
-    match reward.score_batch(ctx, &subs) {
-        Ok(v) => v.into_iter().map(|s| Some(s.report)).collect(),
-        Err(_) => subs
-            .iter()
-            .map(|s| reward.score(ctx, s).ok().map(|x| x.report))
-            .collect(),
-    }
+    reward
+        .score_batch(ctx, &subs)
+        .into_iter()
+        .map(|r| r.ok().map(|s| s.report))
+        .collect()
 }
 
 /// Runs `group` episodes of `turns` turns on one task.

@@ -33,6 +33,7 @@ pub fn fixtures_root(explicit: Option<&Path>) -> Result<PathBuf, String> {
 /// sandbox worker: `CUDAPERF_WORKER`, else `worker` (the test's `cudaperf`), else this
 /// executable (examples call [`serve_as_worker_if_asked`] first in `main`).
 pub fn evaluator(fixtures: &Path, gpu: bool, worker: Option<PathBuf>) -> Evaluator {
+    // The examples are their own sandbox workers, so this cannot fail for want of one.
     let mut o = EvalOptions {
         no_gpu: !gpu,
         ranker_model: Some(fixtures.join("models/ranker")),
@@ -44,7 +45,7 @@ pub fn evaluator(fixtures: &Path, gpu: bool, worker: Option<PathBuf>) -> Evaluat
         .or_else(|| std::env::current_exe().ok());
     o.compile.worker = worker.clone();
     o.exec.worker = worker;
-    Evaluator::new(o)
+    Evaluator::new(o).unwrap_or_else(|e| panic!("cannot build the evaluator: {e}"))
 }
 
 /// Serves as a sandbox worker when started as one (`<exe> __cudaperf_worker <role>`), so an

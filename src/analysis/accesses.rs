@@ -2,6 +2,7 @@
 //! touch? The index (plus any pointer-alias offset) is evaluated symbolically and
 //! its `threadIdx.x` coefficient decides the class.
 
+use super::node::NodeExt;
 use tree_sitter::Node;
 
 use super::features::{AccessClass, AccessFinding, AccessKind};
@@ -103,7 +104,7 @@ impl<'t> Walker<'_, 't> {
             return None;
         }
         let d = depth + 1;
-        match node.kind() {
+        match node.kind_str() {
             "identifier" => {
                 let name = text(node, self.src);
                 self.targets
@@ -113,31 +114,28 @@ impl<'t> Walker<'_, 't> {
             }
             "parenthesized_expression" => self.resolve_at(node.named_child(0)?, d),
             "cast_expression" => {
-                let ty = node.child_by_field_name("type")?;
-                let inner = self.resolve_at(node.child_by_field_name("value")?, d)?;
+                let ty = node.field("type")?;
+                let inner = self.resolve_at(node.field("value")?, d)?;
                 Some(retype(inner, text(ty, self.src)))
             }
             "call_expression" => {
                 // reinterpret_cast<float4*>(p), static_cast<const float*>(p)
-                let f = node.child_by_field_name("function")?;
-                let name = f.child_by_field_name("name").map(|n| text(n, self.src));
+                let f = node.field("function")?;
+                let name = f.field("name").map(|n| text(n, self.src));
                 if !matches!(
                     name,
                     Some("reinterpret_cast" | "static_cast" | "const_cast")
                 ) {
                     return None;
                 }
-                let ty = f.child_by_field_name("arguments")?;
-                let arg = node.child_by_field_name("arguments")?.named_child(0)?;
+                let ty = f.field("arguments")?;
+                let arg = node.field("arguments")?.named_child(0)?;
                 let inner = self.resolve_at(arg, d)?;
                 Some(retype(inner, text(ty, self.src).trim_matches(['<', '>'])))
             }
             "binary_expression" => {
-                let op = node.child_by_field_name("operator")?.kind();
-                let (l, r) = (
-                    node.child_by_field_name("left")?,
-                    node.child_by_field_name("right")?,
-                );
+                let op = node.field("operator")?.kind_str();
+                let (l, r) = (node.field("left")?, node.field("right")?);
                 let (base, off, sign) = match self.resolve_at(l, d) {
                     Some(t) => (t, r, op),
                     None if op == "+" => (self.resolve_at(r, d)?, l, "+"),
@@ -150,13 +148,13 @@ impl<'t> Walker<'_, 't> {
             }
             "pointer_expression" => {
                 // &p[i]: the address of element i.
-                let is_addr = node.child_by_field_name("operator")?.kind() == "&";
-                let arg = node.child_by_field_name("argument")?;
-                if !is_addr || arg.kind() != "subscript_expression" {
+                let is_addr = node.field("operator")?.kind_str() == "&";
+                let arg = node.field("argument")?;
+                if !is_addr || arg.kind_str() != "subscript_expression" {
                     return None;
                 }
-                let base = self.resolve_at(arg.child_by_field_name("argument")?, d)?;
-                let idx = arg.child_by_field_name("indices")?.named_child(0)?;
+                let base = self.resolve_at(arg.field("argument")?, d)?;
+                let idx = arg.field("indices")?.named_child(0)?;
                 match &base {
                     Target::Shared(s) if s.dims.len() > 1 => None,
                     _ => Some(shift(base, "+", &self.eval(idx))),
@@ -170,22 +168,19 @@ impl<'t> Walker<'_, 't> {
     pub fn access(&mut self, node: Node<'t>, kind: AccessKind) {
         let mut indices = Vec::new();
         let mut base = node;
-        if node.kind() == "pointer_expression" {
-            let Some(arg) = node.child_by_field_name("argument") else {
+        if node.kind_str() == "pointer_expression" {
+            let Some(arg) = node.field("argument") else {
                 return;
             };
-            if node
-                .child_by_field_name("operator")
-                .is_some_and(|o| o.kind() == "&")
-            {
+            if node.field("operator").is_some_and(|o| o.kind_str() == "&") {
                 return self.visit(arg);
             }
             base = arg;
             // *p, *(p + i): the offset is folded in by resolve_target.
             indices.push(Sym::konst(0));
         } else {
-            while base.kind() == "subscript_expression" {
-                let Some(idx) = base.child_by_field_name("indices") else {
+            while base.kind_str() == "subscript_expression" {
+                let Some(idx) = base.field("indices") else {
                     break;
                 };
                 self.in_index += 1;
@@ -195,7 +190,7 @@ impl<'t> Walker<'_, 't> {
                     idx.named_child(0)
                         .map_or_else(Sym::opaque, |i| self.eval(i)),
                 );
-                match base.child_by_field_name("argument") {
+                match base.field("argument") {
                     Some(a) => base = a,
                     None => break,
                 }

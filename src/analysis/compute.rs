@@ -1,6 +1,7 @@
 //! Arithmetic: FLOPs in loop bodies, special functions, FMAs, reduced precision,
 //! tensor cores (WMMA and `mma.sync` in inline assembly).
 
+use super::node::NodeExt;
 use tree_sitter::Node;
 
 use super::parse::text;
@@ -125,7 +126,7 @@ impl<'t> Walker<'_, 't> {
         if self.in_index > 0 {
             return;
         }
-        let op = node.child_by_field_name("operator").map(|o| o.kind());
+        let op = node.field("operator").map(|o| o.kind_str());
         if !matches!(op, Some("+" | "-" | "*" | "/")) {
             return;
         }

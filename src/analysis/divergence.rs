@@ -1,6 +1,7 @@
 //! Thread-dependent branches: warp divergence, warp-uniform tests, and the
 //! interleaved-reduction test `tid % (2*s) == 0`.
 
+use super::node::NodeExt;
 use tree_sitter::Node;
 
 use super::parse::{span, text};
@@ -82,20 +83,20 @@ impl<'t> Walker<'_, 't> {
         if depth > 16 {
             return false;
         }
-        match cond.kind() {
+        match cond.kind_str() {
             "parenthesized_expression" => cond
                 .named_child(0)
                 .is_some_and(|c| self.all_comparisons(c, depth + 1, ok)),
             "binary_expression" => {
                 let (Some(l), Some(r), Some(op)) = (
-                    cond.child_by_field_name("left"),
-                    cond.child_by_field_name("right"),
-                    cond.child_by_field_name("operator"),
+                    cond.field("left"),
+                    cond.field("right"),
+                    cond.field("operator"),
                 ) else {
                     return false;
                 };
                 let (a, b) = (self.eval(l), self.eval(r));
-                match op.kind() {
+                match op.kind_str() {
                     "&&" | "||" => {
                         (!a.thread_dependent() || self.all_comparisons(l, depth + 1, ok))
                             && (!b.thread_dependent() || self.all_comparisons(r, depth + 1, ok))
@@ -118,13 +119,10 @@ impl<'t> Walker<'_, 't> {
     fn interleaved(&self, cond: Node<'t>) -> bool {
         let mut stack = vec![(cond, 0usize)];
         while let Some((n, d)) = stack.pop() {
-            if n.kind() == "binary_expression" {
-                let op = n.child_by_field_name("operator").map(|o| o.kind());
-                if let (Some("%" | "&"), Some(l), Some(r)) = (
-                    op,
-                    n.child_by_field_name("left"),
-                    n.child_by_field_name("right"),
-                ) {
+            if n.kind_str() == "binary_expression" {
+                let op = n.field("operator").map(|o| o.kind_str());
+                if let (Some("%" | "&"), Some(l), Some(r)) = (op, n.field("left"), n.field("right"))
+                {
                     let (a, b) = (self.eval(l), self.eval(r));
                     if a.thread_dependent() && !b.thread_dependent() && b.konst.is_none() {
                         return true;
@@ -179,8 +177,8 @@ impl<'t> Walker<'_, 't> {
     /// `if (cond) ... else ...`
     pub fn if_statement(&mut self, node: Node<'t>) {
         let cond = node
-            .child_by_field_name("condition")
-            .map(|c| c.child_by_field_name("value").unwrap_or(c));
+            .field("condition")
+            .map(|c| c.field("value").unwrap_or(c));
         let Some(cond) = cond else {
             return self.children(node);
         };
@@ -190,7 +188,7 @@ impl<'t> Walker<'_, 't> {
             self.conds.push(span(node));
         }
         for f in ["consequence", "alternative"] {
-            if let Some(b) = node.child_by_field_name(f) {
+            if let Some(b) = node.field(f) {
                 self.visit(b);
             }
         }
@@ -202,8 +200,8 @@ impl<'t> Walker<'_, 't> {
     /// `switch (cond) { ... }`
     pub fn switch_statement(&mut self, node: Node<'t>) {
         let cond = node
-            .child_by_field_name("condition")
-            .map(|c| c.child_by_field_name("value").unwrap_or(c));
+            .field("condition")
+            .map(|c| c.field("value").unwrap_or(c));
         let Some(cond) = cond else {
             return self.children(node);
         };
@@ -212,7 +210,7 @@ impl<'t> Walker<'_, 't> {
         if dependent {
             self.conds.push(span(node));
         }
-        if let Some(b) = node.child_by_field_name("body") {
+        if let Some(b) = node.field("body") {
             self.visit(b);
         }
         if dependent {

@@ -1,5 +1,6 @@
 //! Loops: nesting, `#pragma unroll`, grid-stride loops, constant trip counts.
 
+use super::node::NodeExt;
 use tree_sitter::Node;
 
 use super::parse::text;
@@ -83,23 +84,23 @@ impl<'t> Walker<'_, 't> {
         if unrolled {
             self.k.loops.unrolled += 1;
         }
-        let cond = node.child_by_field_name("condition").map(|c| {
-            if c.kind() == "condition_clause" {
-                c.child_by_field_name("value").unwrap_or(c)
+        let cond = node.field("condition").map(|c| {
+            if c.kind_str() == "condition_clause" {
+                c.field("value").unwrap_or(c)
             } else {
                 c
             }
         });
         let mut trip = None;
         let mut grid_stride = false;
-        if node.kind() == "for_statement" {
-            if let Some(init) = node.child_by_field_name("initializer") {
+        if node.kind_str() == "for_statement" {
+            if let Some(init) = node.field("initializer") {
                 self.visit(init);
             }
             let var = node
-                .child_by_field_name("initializer")
+                .field("initializer")
                 .and_then(|i| loop_var(i, self.src));
-            let update = node.child_by_field_name("update");
+            let update = node.field("update");
             if let (Some(var), Some(upd)) = (var.as_deref(), update) {
                 let start = self.vars.get(var).cloned().unwrap_or_default();
                 let step = step_of(upd, var, self);
@@ -122,8 +123,8 @@ impl<'t> Walker<'_, 't> {
                 }
                 self.vars.insert(var.to_string(), v);
             }
-        } else if node.kind() == "while_statement" {
-            if let (Some(c), Some(body)) = (cond, node.child_by_field_name("body")) {
+        } else if node.kind_str() == "while_statement" {
+            if let (Some(c), Some(body)) = (cond, node.field("body")) {
                 grid_stride = self.while_grid_stride(c, body);
             }
         }
@@ -132,7 +133,7 @@ impl<'t> Walker<'_, 't> {
         if let Some(c) = cond {
             self.visit(c);
         }
-        if let Some(u) = node.child_by_field_name("update") {
+        if let Some(u) = node.field("update") {
             self.visit(u);
         }
         self.loops.push(LoopFrame { trip });
@@ -141,7 +142,7 @@ impl<'t> Walker<'_, 't> {
         if divergent {
             self.conds.push(super::parse::span(node));
         }
-        if let Some(body) = node.child_by_field_name("body") {
+        if let Some(body) = node.field("body") {
             self.visit(body);
         }
         if divergent {
@@ -174,10 +175,7 @@ impl<'t> Walker<'_, 't> {
 
     /// `while (i < n) { ...; i += blockDim.x * gridDim.x; }`
     fn while_grid_stride(&self, cond: Node<'t>, body: Node<'t>) -> bool {
-        let Some(var) = cond
-            .child_by_field_name("left")
-            .filter(|l| l.kind() == "identifier")
-        else {
+        let Some(var) = cond.field("left").filter(|l| l.kind_str() == "identifier") else {
             return false;
         };
         let var = text(var, self.src);
@@ -186,7 +184,7 @@ impl<'t> Walker<'_, 't> {
         }
         let mut stack = vec![(body, 0usize)];
         while let Some((n, d)) = stack.pop() {
-            if n.kind() == "assignment_expression" {
+            if n.kind_str() == "assignment_expression" {
                 if let Some((op, s)) = step_of(n, var, self) {
                     if op == "+" && s.grid {
                         return true;
@@ -204,60 +202,52 @@ impl<'t> Walker<'_, 't> {
 
 /// The variable a `for` initializer declares or assigns.
 fn loop_var(init: Node, src: &str) -> Option<String> {
-    let n = match init.kind() {
-        "declaration" => init
-            .child_by_field_name("declarator")?
-            .child_by_field_name("declarator")?,
-        "assignment_expression" => init.child_by_field_name("left")?,
+    let n = match init.kind_str() {
+        "declaration" => init.field("declarator")?.field("declarator")?,
+        "assignment_expression" => init.field("left")?,
         _ => return None,
     };
-    (n.kind() == "identifier").then(|| text(n, src).to_string())
+    (n.kind_str() == "identifier").then(|| text(n, src).to_string())
 }
 
 /// `i++`, `i += s`, `i = i + s`, `s >>= 1`, `s *= 2` → (operator, step value).
 fn step_of<'t>(upd: Node<'t>, var: &str, w: &Walker<'_, 't>) -> Option<(String, Sym)> {
-    match upd.kind() {
+    match upd.kind_str() {
         "update_expression" => {
-            let arg = upd.child_by_field_name("argument")?;
+            let arg = upd.field("argument")?;
             if text(arg, w.src) != var {
                 return None;
             }
-            let op = upd.child_by_field_name("operator")?.kind();
+            let op = upd.field("operator")?.kind_str();
             Some((
                 if op == "++" { "+" } else { "-" }.to_string(),
                 Sym::konst(1),
             ))
         }
         "assignment_expression" => {
-            let left = upd.child_by_field_name("left")?;
+            let left = upd.field("left")?;
             if text(left, w.src) != var {
                 return None;
             }
-            let op = upd.child_by_field_name("operator")?.kind();
-            let right = upd.child_by_field_name("right")?;
+            let op = upd.field("operator")?.kind_str();
+            let right = upd.field("right")?;
             if op != "=" {
                 return Some((op.trim_end_matches('=').to_string(), w.eval(right)));
             }
             // i = i + s
-            let (l, r) = (
-                right.child_by_field_name("left")?,
-                right.child_by_field_name("right")?,
-            );
-            let bop = right.child_by_field_name("operator")?.kind();
+            let (l, r) = (right.field("left")?, right.field("right")?);
+            let bop = right.field("operator")?.kind_str();
             (text(l, w.src) == var).then(|| (bop.to_string(), w.eval(r)))
         }
-        "comma_expression" => step_of(upd.child_by_field_name("left")?, var, w),
+        "comma_expression" => step_of(upd.field("left")?, var, w),
         _ => None,
     }
 }
 
 /// `i < N` → ("<", N) with the comparison normalised to the loop variable on the left.
 fn bound_of<'t>(cond: Node<'t>, var: &str, w: &Walker<'_, 't>) -> Option<(String, i64)> {
-    let (l, r) = (
-        cond.child_by_field_name("left")?,
-        cond.child_by_field_name("right")?,
-    );
-    let op = cond.child_by_field_name("operator")?.kind();
+    let (l, r) = (cond.field("left")?, cond.field("right")?);
+    let op = cond.field("operator")?.kind_str();
     if text(l, w.src) == var {
         Some((op.to_string(), w.eval(r).konst?))
     } else if text(r, w.src) == var {

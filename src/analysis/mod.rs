@@ -38,10 +38,12 @@ mod divergence;
 mod features;
 mod loops;
 mod memory_ops;
+mod node;
 mod occupancy;
 pub(crate) mod parse;
 mod score;
 mod shared;
+mod source;
 mod symbolic;
 mod sync;
 mod vector;
@@ -54,6 +56,7 @@ pub use features::{
 };
 pub use occupancy::{occupancy, DeviceSpec, Limiter, Occupancy, OccupancyError, DEVICES};
 pub use score::{structural_score, ScoreTerm, StructuralScore};
+pub use source::{SourceTree, SyntaxProblems};
 pub use vector::FEATURE_NAMES;
 
 /// Largest input analysed in full, in bytes (1 MiB). Real kernels are a few KiB.
@@ -85,27 +88,26 @@ pub enum AnalysisError {
 /// Non-UTF-8 bytes are replaced (lossy decoding). Syntax errors are not errors
 /// here: they are counted in [`SyntaxFeatures`] and the rest is analysed anyway.
 pub fn try_analyze(source: &[u8]) -> Result<Features, AnalysisError> {
-    if source.len() > MAX_SOURCE_BYTES {
-        return Err(AnalysisError::TooLarge {
-            len: source.len(),
-            max: MAX_SOURCE_BYTES,
-        });
-    }
-    let text = String::from_utf8_lossy(source);
-    let tree = parse::parse(&text).ok_or(AnalysisError::ParseFailed)?;
-    let prog = parse::collect(&tree, &text);
+    Ok(analyze_tree(&SourceTree::parse(source)?))
+}
+
+/// Features of a source already parsed (the pipeline parses each submission once and shares
+/// the tree between its stages).
+pub fn analyze_tree(source: &SourceTree) -> Features {
+    let text = source.text();
+    let prog = parse::collect(source.tree(), text);
     let mut features = Features {
         syntax: prog.syntax.clone(),
         ..Features::default()
     };
     let mut fuel = VISIT_BUDGET;
     for (name, def) in &prog.kernels {
-        let (k, truncated) = walk::analyze_kernel(&prog, &text, name, *def, &mut fuel);
+        let (k, truncated) = walk::analyze_kernel(&prog, text, name, *def, &mut fuel);
         features.syntax.truncated |= truncated;
         features.kernels.push(k);
     }
     features.recompute_totals();
-    Ok(features)
+    features
 }
 
 /// Analyses `source`; never panics and always returns features.

@@ -123,6 +123,24 @@ pub enum Limiter {
     Blocks,
 }
 
+impl Limiter {
+    /// The snake_case name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limiter::Warps => "warps",
+            Limiter::Registers => "registers",
+            Limiter::SharedMemory => "shared_memory",
+            Limiter::Blocks => "blocks",
+        }
+    }
+}
+
+impl std::fmt::Display for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Theoretical occupancy of one launch configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Occupancy {

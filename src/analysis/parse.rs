@@ -1,6 +1,7 @@
 //! Parsing with tree-sitter-cuda and the program-level tables the walker needs:
 //! functions by name, integer constants, syntax-error counts.
 
+use super::node::NodeExt;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -91,10 +92,11 @@ pub(crate) fn collect<'t>(tree: &'t Tree, src: &str) -> Program<'t> {
         if node.is_missing() {
             prog.syntax.missing_nodes = prog.syntax.missing_nodes.saturating_add(1);
         }
-        match node.kind() {
+        match node.kind_str() {
             "function_definition" if in_function == 0 => {
                 add_function(&mut prog, node, src);
-                // Error nodes inside bodies still need counting, so descend.
+                // Only error nodes inside bodies still need counting.
+                descend = node.has_error();
             }
             "preproc_def" if in_function == 0 => add_define(&mut prog.consts, node, src),
             "declaration" if in_function == 0 => {
@@ -106,8 +108,12 @@ pub(crate) fn collect<'t>(tree: &'t Tree, src: &str) -> Program<'t> {
             }
             _ => {}
         }
+        // Inside a function only syntax errors are counted: skip subtrees without one.
+        if in_function > 0 && !node.has_error() {
+            descend = false;
+        }
         if descend && cursor.goto_first_child() {
-            if node.kind() == "function_definition" {
+            if node.kind_str() == "function_definition" {
                 in_function += 1;
             }
             continue;
@@ -119,7 +125,7 @@ pub(crate) fn collect<'t>(tree: &'t Tree, src: &str) -> Program<'t> {
             if !cursor.goto_parent() {
                 return prog;
             }
-            if cursor.node().kind() == "function_definition" {
+            if cursor.node().kind_str() == "function_definition" {
                 in_function = in_function.saturating_sub(1);
             }
         }
@@ -131,15 +137,15 @@ pub(crate) fn collect<'t>(tree: &'t Tree, src: &str) -> Program<'t> {
 pub(crate) fn has_qualifier(node: Node, qual: &str) -> bool {
     let mut c = node.walk();
     let found = node.children(&mut c).any(|ch| {
-        ch.kind() == qual
-            || (matches!(ch.kind(), "type_qualifier" | "storage_class_specifier")
-                && ch.child(0).is_some_and(|t| t.kind() == qual))
+        ch.kind_str() == qual
+            || (matches!(ch.kind_str(), "type_qualifier" | "storage_class_specifier")
+                && ch.child(0).is_some_and(|t| t.kind_str() == qual))
     });
     found
 }
 
 fn add_function<'t>(prog: &mut Program<'t>, node: Node<'t>, src: &str) {
-    if node.child_by_field_name("body").is_none() {
+    if node.field("body").is_none() {
         return;
     }
     let Some(name) = function_name(node, src) else {
@@ -156,45 +162,42 @@ fn add_function<'t>(prog: &mut Program<'t>, node: Node<'t>, src: &str) {
 
 /// The unqualified name of a function definition.
 pub(crate) fn function_name(def: Node, src: &str) -> Option<String> {
-    let mut d = def.child_by_field_name("declarator")?;
+    let mut d = def.field("declarator")?;
     for _ in 0..16 {
-        if d.kind() == "function_declarator" {
-            let n = d.child_by_field_name("declarator")?;
+        if d.kind_str() == "function_declarator" {
+            let n = d.field("declarator")?;
             let t = text(n, src);
             let unqualified = t.rsplit("::").next().unwrap_or(t);
             let name = unqualified.split('<').next().unwrap_or(unqualified).trim();
             return (!name.is_empty()).then(|| name.to_string());
         }
-        d = d.child_by_field_name("declarator")?;
+        d = d.field("declarator")?;
     }
     None
 }
 
 /// The parameter list of a function definition.
 pub(crate) fn parameters<'t>(def: Node<'t>) -> Vec<Node<'t>> {
-    let mut d = def.child_by_field_name("declarator");
+    let mut d = def.field("declarator");
     for _ in 0..16 {
         let Some(n) = d else { break };
-        if n.kind() == "function_declarator" {
-            if let Some(list) = n.child_by_field_name("parameters") {
+        if n.kind_str() == "function_declarator" {
+            if let Some(list) = n.field("parameters") {
                 let mut c = list.walk();
                 return list
                     .named_children(&mut c)
-                    .filter(|p| p.kind() == "parameter_declaration")
+                    .filter(|p| p.kind_str() == "parameter_declaration")
                     .collect();
             }
             break;
         }
-        d = n.child_by_field_name("declarator");
+        d = n.field("declarator");
     }
     Vec::new()
 }
 
 fn add_define(consts: &mut Consts, node: Node, src: &str) {
-    let (Some(name), Some(value)) = (
-        node.child_by_field_name("name"),
-        node.child_by_field_name("value"),
-    ) else {
+    let (Some(name), Some(value)) = (node.field("name"), node.field("value")) else {
         return;
     };
     if let Some(v) = eval_text(text(value, src), consts) {
@@ -209,16 +212,13 @@ pub(crate) fn add_const_decl(consts: &mut Consts, node: Node, src: &str) {
     }
     let mut c = node.walk();
     for d in node.children_by_field_name("declarator", &mut c) {
-        if d.kind() != "init_declarator" {
+        if d.kind_str() != "init_declarator" {
             continue;
         }
-        let (Some(n), Some(v)) = (
-            d.child_by_field_name("declarator"),
-            d.child_by_field_name("value"),
-        ) else {
+        let (Some(n), Some(v)) = (d.field("declarator"), d.field("value")) else {
             continue;
         };
-        if n.kind() == "identifier" {
+        if n.kind_str() == "identifier" {
             if let Some(val) = eval_text(text(v, src), consts) {
                 consts.insert(text(n, src).to_string(), val);
             }

@@ -5,6 +5,7 @@
 //! the number of lanes sharing a bank is `gcd(c * elem / 4, 32)` for 4-byte
 //! words (8- and 16-byte elements are served in 2 or 4 phases, which divides it).
 
+use super::node::NodeExt;
 use tree_sitter::Node;
 
 use super::accesses::{SharedRef, Target};
@@ -43,17 +44,15 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 impl<'t> Walker<'_, 't> {
     /// `__shared__ float tile[TILE][TILE + 1];`, `extern __shared__ float s[];`
     pub fn declare_shared(&mut self, node: Node<'t>) {
-        let ty = node
-            .child_by_field_name("type")
-            .map_or("", |t| text(t, self.src));
+        let ty = node.field("type").map_or("", |t| text(t, self.src));
         let elem_known = type_bytes(ty);
         let elem = elem_known.unwrap_or(4);
         let is_extern = has_qualifier(node, "extern");
         let mut c = node.walk();
         let decls: Vec<Node<'t>> = node.children_by_field_name("declarator", &mut c).collect();
         for d in decls {
-            let d = if d.kind() == "init_declarator" {
-                d.child_by_field_name("declarator").unwrap_or(d)
+            let d = if d.kind_str() == "init_declarator" {
+                d.field("declarator").unwrap_or(d)
             } else {
                 d
             };
@@ -64,15 +63,15 @@ impl<'t> Walker<'_, 't> {
             let mut dims = Vec::new();
             let mut empty = false;
             let mut cur = d;
-            while cur.kind() == "array_declarator" {
-                match cur.child_by_field_name("size") {
+            while cur.kind_str() == "array_declarator" {
+                match cur.field("size") {
                     Some(sz) => dims.push(self.eval(sz).konst.filter(|v| *v > 0)),
                     None => {
                         empty = true;
                         dims.push(None);
                     }
                 }
-                match cur.child_by_field_name("declarator") {
+                match cur.field("declarator") {
                     Some(inner) => cur = inner,
                     None => break,
                 }

@@ -5,6 +5,7 @@
 //! threadIdx.x` has `threadIdx.x`-coefficient 1 (coalesced), `tid * N + k` has
 //! coefficient `N` (strided), `idx[i]` is loaded (indirect).
 
+use super::node::NodeExt;
 use std::collections::HashMap;
 
 use tree_sitter::Node;
@@ -281,8 +282,8 @@ impl<'t> Evaluator<'_, 't> {
             return Sym::opaque();
         }
         let d = depth + 1;
-        let field = |n: Node<'t>, f: &str| n.child_by_field_name(f);
-        match node.kind() {
+        let field = |n: Node<'t>, f: &'static str| n.field(f);
+        match node.kind_str() {
             "number_literal" => match parse_int(text(node, self.src)) {
                 Some(v) => Sym::konst(v),
                 None => Sym {
@@ -322,9 +323,9 @@ impl<'t> Evaluator<'_, 't> {
                     return Sym::opaque();
                 };
                 let (a, b) = (self.eval(l, vars, d), self.eval(r, vars, d));
-                match op.kind() {
+                match op.kind_str() {
                     "+" | "-" | "*" | "/" | "%" | "<<" | ">>" | "&" | "|" | "^" => {
-                        a.binary(op.kind(), &b)
+                        a.binary(op.kind_str(), &b)
                     }
                     _ => {
                         let mut j = a.join(&b).collapse();
@@ -336,7 +337,7 @@ impl<'t> Evaluator<'_, 't> {
             "unary_expression" => match (field(node, "argument"), field(node, "operator")) {
                 (Some(arg), Some(op)) => {
                     let v = self.eval(arg, vars, d);
-                    match op.kind() {
+                    match op.kind_str() {
                         "-" => Sym::konst(0).binary("-", &v),
                         "+" => v,
                         _ => v.collapse(),
@@ -367,10 +368,7 @@ impl<'t> Evaluator<'_, 't> {
 
     /// `threadIdx.x` and friends; other members inherit their object's value.
     fn field(&self, node: Node<'t>, vars: &HashMap<String, Sym>, d: usize) -> Sym {
-        let (Some(arg), Some(f)) = (
-            node.child_by_field_name("argument"),
-            node.child_by_field_name("field"),
-        ) else {
+        let (Some(arg), Some(f)) = (node.field("argument"), node.field("field")) else {
             return Sym::opaque();
         };
         let is_x = text(f, self.src) == "x";
@@ -398,10 +396,8 @@ impl<'t> Evaluator<'_, 't> {
 
     /// A value read from memory: `a[i]`, `*p`. Varies per thread if the address does.
     fn load(&self, node: Node<'t>, vars: &HashMap<String, Sym>, d: usize) -> Sym {
-        if node.kind() == "pointer_expression"
-            && node
-                .child_by_field_name("operator")
-                .is_some_and(|o| o.kind() == "&")
+        if node.kind_str() == "pointer_expression"
+            && node.field("operator").is_some_and(|o| o.kind_str() == "&")
         {
             return Sym::opaque();
         }
@@ -422,15 +418,15 @@ impl<'t> Evaluator<'_, 't> {
 
     fn call(&self, node: Node<'t>, vars: &HashMap<String, Sym>, d: usize) -> Sym {
         let args: Vec<Node<'t>> = node
-            .child_by_field_name("arguments")
+            .field("arguments")
             .map(|a| a.named_children(&mut a.walk()).collect())
             .unwrap_or_default();
-        let Some(func) = node.child_by_field_name("function") else {
+        let Some(func) = node.field("function") else {
             return Sym::opaque();
         };
-        let name_node = match func.kind() {
-            "template_function" => func.child_by_field_name("name").unwrap_or(func),
-            "field_expression" => func.child_by_field_name("field").unwrap_or(func),
+        let name_node = match func.kind_str() {
+            "template_function" => func.field("name").unwrap_or(func),
+            "field_expression" => func.field("field").unwrap_or(func),
             _ => func,
         };
         let full = text(name_node, self.src);
@@ -488,14 +484,14 @@ impl<'t> Evaluator<'_, 't> {
         let Some(def) = self.functions.get(name) else {
             return opaque;
         };
-        let Some(body) = def.node.child_by_field_name("body") else {
+        let Some(body) = def.node.field("body") else {
             return opaque;
         };
         let stmts: Vec<Node<'t>> = body.named_children(&mut body.walk()).collect();
         let [ret] = stmts.as_slice() else {
             return opaque;
         };
-        let Some(expr) = (ret.kind() == "return_statement")
+        let Some(expr) = (ret.kind_str() == "return_statement")
             .then(|| ret.named_child(0))
             .flatten()
         else {
@@ -514,7 +510,7 @@ impl<'t> Evaluator<'_, 't> {
 /// The identifier a declarator introduces (`*const p`, `a[32]`, `x = 1` → name).
 pub(crate) fn declared_name<'s>(mut node: Node, src: &'s str) -> Option<&'s str> {
     for _ in 0..16 {
-        match node.kind() {
+        match node.kind_str() {
             "identifier" | "field_identifier" => return Some(text(node, src)),
             "parameter_declaration"
             | "init_declarator"
@@ -522,11 +518,11 @@ pub(crate) fn declared_name<'s>(mut node: Node, src: &'s str) -> Option<&'s str>
             | "array_declarator"
             | "reference_declarator"
             | "parenthesized_declarator" => {
-                node = match node.child_by_field_name("declarator") {
+                node = match node.field("declarator") {
                     Some(n) => n,
                     None => node
                         .named_children(&mut node.walk())
-                        .find(|c| c.kind() != "type_qualifier")?,
+                        .find(|c| c.kind_str() != "type_qualifier")?,
                 };
             }
             _ => return None,

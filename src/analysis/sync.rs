@@ -1,6 +1,7 @@
 //! Calls: barriers, warp primitives and atomics (this file), plus dispatch of
 //! the other call kinds (`__ldg`, math functions, device-function inlining).
 
+use super::node::NodeExt;
 use tree_sitter::Node;
 
 use super::accesses::{classify, Target};
@@ -49,24 +50,24 @@ pub(crate) fn sync_call(name: &str, member: bool) -> Option<SyncCall> {
 impl<'t> Walker<'_, 't> {
     /// Any call expression.
     pub fn call(&mut self, node: Node<'t>) {
-        let Some(func) = node.child_by_field_name("function") else {
+        let Some(func) = node.field("function") else {
             return self.children(node);
         };
         let args: Vec<Node<'t>> = node
-            .child_by_field_name("arguments")
+            .field("arguments")
             .map(|a| a.named_children(&mut a.walk()).collect())
             .unwrap_or_default();
-        let (name_node, member) = match func.kind() {
-            "template_function" => (func.child_by_field_name("name").unwrap_or(func), false),
-            "field_expression" => (func.child_by_field_name("field").unwrap_or(func), true),
+        let (name_node, member) = match func.kind_str() {
+            "template_function" => (func.field("name").unwrap_or(func), false),
+            "field_expression" => (func.field("field").unwrap_or(func), true),
             _ => (func, false),
         };
         let full = text(name_node, self.src);
         let name = full.rsplit("::").next().unwrap_or(full).to_string();
-        if func.kind() == "template_function" {
+        if func.kind_str() == "template_function" {
             self.visit(func); // template arguments may name vector types
         } else if member {
-            if let Some(obj) = func.child_by_field_name("argument") {
+            if let Some(obj) = func.field("argument") {
                 self.visit(obj);
             }
         }
@@ -108,19 +109,17 @@ impl<'t> Walker<'_, 't> {
         for a in &args {
             self.visit(*a);
         }
-        if !member && func.kind() != "template_function" {
+        if !member && func.kind_str() != "template_function" {
             self.inline_call(&name, &args);
         }
     }
 
     /// `__ldg(&p[i])`, `__ldg(p + i)`: a read of the addressed element.
     fn address_read(&mut self, addr: Node<'t>) {
-        let is_addr_of = addr.kind() == "pointer_expression"
-            && addr
-                .child_by_field_name("operator")
-                .is_some_and(|o| o.kind() == "&");
-        match addr.child_by_field_name("argument") {
-            Some(inner) if is_addr_of && inner.kind() == "subscript_expression" => {
+        let is_addr_of = addr.kind_str() == "pointer_expression"
+            && addr.field("operator").is_some_and(|o| o.kind_str() == "&");
+        match addr.field("argument") {
+            Some(inner) if is_addr_of && inner.kind_str() == "subscript_expression" => {
                 self.access(inner, AccessKind::Read)
             }
             _ => {
@@ -157,10 +156,10 @@ impl<'t> Walker<'_, 't> {
     fn atomic(&mut self, node: Node<'t>, addr: Node<'t>, name: &str) {
         // Visit index sub-expressions (reads inside them) without counting a load.
         let inner = addr
-            .child_by_field_name("argument")
-            .filter(|_| addr.kind() == "pointer_expression");
+            .field("argument")
+            .filter(|_| addr.kind_str() == "pointer_expression");
         if let Some(sub) = inner {
-            if let Some(idx) = sub.child_by_field_name("indices") {
+            if let Some(idx) = sub.field("indices") {
                 self.in_index += 1;
                 self.visit(idx);
                 self.in_index -= 1;
@@ -172,8 +171,8 @@ impl<'t> Walker<'_, 't> {
         // Distinct per-thread addresses (hist[tid]) do not contend; data-dependent
         // or shared addresses (hist[data[i]], *counter) serialise.
         let index = inner
-            .filter(|s| s.kind() == "subscript_expression")
-            .and_then(|s| s.child_by_field_name("indices"))
+            .filter(|s| s.kind_str() == "subscript_expression")
+            .and_then(|s| s.field("indices"))
             .and_then(|i| i.named_child(0))
             .map(|i| self.eval(i));
         let distinct = index.is_some_and(|i| {

@@ -5,6 +5,7 @@
 //! Concern-specific handlers live in sibling modules as further `impl Walker`
 //! blocks: `accesses`, `shared`, `sync`, `loops`, `divergence`, `compute`.
 
+use super::node::NodeExt;
 use std::collections::HashMap;
 
 use tree_sitter::Node;
@@ -95,7 +96,7 @@ pub(crate) fn analyze_kernel<'t>(
     }
     w.file_targets = std::mem::take(&mut w.targets);
     w.kernel_params(def);
-    if let Some(body) = def.child_by_field_name("body") {
+    if let Some(body) = def.field("body") {
         w.visit(body);
     }
     sort_findings(&mut w.k);
@@ -125,17 +126,15 @@ impl<'t> Walker<'_, 't> {
     /// Binds kernel parameters: pointers become global targets, scalars uniform values.
     fn kernel_params(&mut self, def: Node<'t>) {
         for p in parameters(def) {
-            let ty = p
-                .child_by_field_name("type")
-                .map_or("", |t| text(t, self.src));
-            let Some(d) = p.child_by_field_name("declarator") else {
+            let ty = p.field("type").map_or("", |t| text(t, self.src));
+            let Some(d) = p.field("declarator") else {
                 continue;
             };
             let Some(name) = declared_name(d, self.src) else {
                 continue;
             };
             self.count_type(ty, p);
-            if matches!(d.kind(), "pointer_declarator" | "array_declarator") {
+            if matches!(d.kind_str(), "pointer_declarator" | "array_declarator") {
                 let m = &mut self.k.memory_ops;
                 m.pointer_params += 1;
                 let dtext = text(d, self.src);
@@ -216,7 +215,7 @@ impl<'t> Walker<'_, 't> {
             return;
         }
         self.depth += 1;
-        match node.kind() {
+        match node.kind_str() {
             "compound_statement" => self.block(node),
             "declaration" => self.declaration(node),
             "if_statement" => self.if_statement(node),
@@ -253,8 +252,7 @@ impl<'t> Walker<'_, 't> {
     /// Visits all named children.
     pub fn children(&mut self, node: Node<'t>) {
         let mut c = node.walk();
-        let kids: Vec<Node<'t>> = node.named_children(&mut c).collect();
-        for ch in kids {
+        for ch in node.named_children(&mut c) {
             self.visit(ch);
         }
     }
@@ -262,15 +260,10 @@ impl<'t> Walker<'_, 't> {
     /// A `{ ... }` block; `#pragma unroll` applies to the next loop.
     fn block(&mut self, node: Node<'t>) {
         let mut c = node.walk();
-        let kids: Vec<Node<'t>> = node.named_children(&mut c).collect();
-        for ch in kids {
-            if ch.kind() == "preproc_call" {
-                let directive = ch
-                    .child_by_field_name("directive")
-                    .map(|d| text(d, self.src));
-                let arg = ch
-                    .child_by_field_name("argument")
-                    .map_or("", |a| text(a, self.src));
+        for ch in node.named_children(&mut c) {
+            if ch.kind_str() == "preproc_call" {
+                let directive = ch.field("directive").map(|d| text(d, self.src));
+                let arg = ch.field("argument").map_or("", |a| text(a, self.src));
                 if directive == Some("#pragma") && arg.trim_start().starts_with("unroll") {
                     self.pending_unroll = true;
                 }
@@ -286,10 +279,10 @@ impl<'t> Walker<'_, 't> {
             self.declare_shared(node);
             return;
         }
-        let ty_node = node.child_by_field_name("type");
+        let ty_node = node.field("type");
         let ty = ty_node.map_or("", |t| text(t, self.src)).to_string();
         if let Some(t) = ty_node {
-            if t.kind() == "type_identifier" || t.kind() == "primitive_type" {
+            if t.kind_str() == "type_identifier" || t.kind_str() == "primitive_type" {
                 self.count_type(&ty, t);
             } else {
                 self.children(t); // template types such as wmma::fragment<..., half, ...>
@@ -306,11 +299,8 @@ impl<'t> Walker<'_, 't> {
         let mut c = node.walk();
         let decls: Vec<Node<'t>> = node.children_by_field_name("declarator", &mut c).collect();
         for d in decls {
-            let (target, value) = if d.kind() == "init_declarator" {
-                (
-                    d.child_by_field_name("declarator"),
-                    d.child_by_field_name("value"),
-                )
+            let (target, value) = if d.kind_str() == "init_declarator" {
+                (d.field("declarator"), d.field("value"))
             } else {
                 (Some(d), None)
             };
@@ -322,7 +312,7 @@ impl<'t> Walker<'_, 't> {
                 self.visit(v);
             }
             self.targets.remove(&name);
-            match (target.kind(), value) {
+            match (target.kind_str(), value) {
                 ("pointer_declarator", Some(v)) => {
                     if let Some(t) = self.resolve_target(v) {
                         self.targets.insert(name, t);
@@ -353,25 +343,25 @@ impl<'t> Walker<'_, 't> {
     /// `x = e`, `x += e`, `a[i] = e`, `a[i] += e`.
     fn assignment(&mut self, node: Node<'t>) {
         let (Some(left), Some(right), Some(op)) = (
-            node.child_by_field_name("left"),
-            node.child_by_field_name("right"),
-            node.child_by_field_name("operator"),
+            node.field("left"),
+            node.field("right"),
+            node.field("operator"),
         ) else {
             self.children(node);
             return;
         };
         self.visit(right);
-        let op = op.kind();
+        let op = op.kind_str();
         let compound = op != "=";
         let value = self.eval(right);
         let mut lhs = left;
-        while lhs.kind() == "field_expression" || lhs.kind() == "parenthesized_expression" {
+        while lhs.kind_str() == "field_expression" || lhs.kind_str() == "parenthesized_expression" {
             match lhs.named_child(0) {
                 Some(inner) => lhs = inner,
                 None => break,
             }
         }
-        let lhs_data = match lhs.kind() {
+        let lhs_data = match lhs.kind_str() {
             "identifier" => {
                 let name = text(lhs, self.src).to_string();
                 let old = self.vars.get(&name).cloned().unwrap_or_default();
@@ -415,10 +405,10 @@ impl<'t> Walker<'_, 't> {
 
     /// `i++`, `a[i]++`.
     fn update(&mut self, node: Node<'t>) {
-        let Some(arg) = node.child_by_field_name("argument") else {
+        let Some(arg) = node.field("argument") else {
             return;
         };
-        match arg.kind() {
+        match arg.kind_str() {
             "identifier" => {
                 let name = text(arg, self.src);
                 if let Some(s) = self.vars.get_mut(name) {
@@ -443,7 +433,7 @@ impl<'t> Walker<'_, 't> {
         {
             return false;
         }
-        let Some(body) = def.node.child_by_field_name("body") else {
+        let Some(body) = def.node.field("body") else {
             return false;
         };
         if !self.k.device_functions.iter().any(|n| n == name) {
@@ -452,7 +442,7 @@ impl<'t> Walker<'_, 't> {
         let mut vars = HashMap::new();
         let mut targets = HashMap::new();
         for (p, a) in parameters(def.node).into_iter().zip(args) {
-            let Some(d) = p.child_by_field_name("declarator") else {
+            let Some(d) = p.field("declarator") else {
                 continue;
             };
             let Some(pname) = declared_name(d, self.src) else {

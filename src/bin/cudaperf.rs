@@ -9,6 +9,30 @@ use cudaperf::compile::{CompileOptions, Isolation};
 use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, RewardError, Submission};
 use cudaperf::task::Task;
 
+/// A count: a whole number >= 0, with a message that says so for `-3` or `2.5`.
+fn count(text: &str) -> Result<usize, String> {
+    text.trim()
+        .parse::<usize>()
+        .map_err(|_| format!("must be a whole number >= 0, got `{text}`"))
+}
+
+/// A training step or seed: a whole number >= 0.
+fn whole(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("must be a whole number >= 0, got `{text}`"))
+}
+
+/// A time limit: a positive, finite number of seconds.
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v <= 1e6 => Ok(v),
+        _ => Err(format!(
+            "must be a positive number of seconds (at most 1000000), got `{text}`"
+        )),
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "cudaperf",
@@ -29,7 +53,7 @@ struct CompileArgs {
     #[arg(long)]
     cache_dir: Option<PathBuf>,
     /// Compile time limit in seconds (compiles run in killable worker processes).
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
     compile_timeout: f64,
     /// Compile inside this process (trusted sources only: no time limit can be enforced).
     #[arg(long)]
@@ -37,45 +61,55 @@ struct CompileArgs {
 }
 
 impl CompileArgs {
-    fn options(&self) -> Result<CompileOptions, String> {
-        if !cudaperf::compile::valid_arch(&self.arch) {
-            return Err(format!(
-                "--arch `{}` is not an sm_XX architecture (e.g. sm_90)",
-                self.arch
-            ));
-        }
-        if !(self.compile_timeout > 0.0 && self.compile_timeout.is_finite()) {
-            return Err("--compile-timeout must be a positive number of seconds".into());
-        }
-        Ok(CompileOptions {
+    /// The options; `--arch` and `--cache-dir` are checked when the evaluator is built
+    /// ([`evaluator`]).
+    fn options(&self) -> CompileOptions {
+        CompileOptions {
             arch: self.arch.clone(),
             cache_dir: self.cache_dir.clone(),
             timeout: std::time::Duration::from_secs_f64(self.compile_timeout),
             isolation: if self.in_process {
                 Isolation::InProcess
             } else {
-                Isolation::Auto
+                Isolation::Sandboxed
             },
             ..Default::default()
-        })
+        }
     }
+}
+
+/// The evaluator for these options; unusable options (an architecture NVRTC does not know,
+/// a cache folder that cannot be written, no worker) are an error naming the flag.
+fn evaluator(options: EvalOptions) -> Result<Evaluator, String> {
+    use cudaperf::compile::CompilerError;
+    use cudaperf::reward::EvalError;
+    Evaluator::new(options).map_err(|e| match &e {
+        EvalError::Compiler(
+            CompilerError::InvalidArch { .. } | CompilerError::UnsupportedArch(_),
+        ) => {
+            format!("--arch: {e}")
+        }
+        EvalError::Compiler(CompilerError::CacheDir { .. }) => format!("--cache-dir: {e}"),
+        _ => e.to_string(),
+    })
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Score candidate files (.cu in the candidate format, or .md/.txt LLM completions).
+    #[command(allow_negative_numbers = true)]
     Score {
         /// The task folder or its task.toml.
         #[arg(long)]
         task: PathBuf,
-        /// Candidate files.
+        /// Candidate files; `-` reads one completion from standard input.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Reward preset: cudaperf, correctness, kevin, fast_p:<p>, dhrcl.
         #[arg(long, default_value = "cudaperf")]
         reward: String,
         /// Training step (for the dhrcl curriculum).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = whole)]
         step: u64,
         /// Print the full JSON report.
         #[arg(long)]
@@ -90,8 +124,9 @@ enum Command {
     #[cfg(feature = "serve")]
     Node(Box<NodeArgs>),
     /// Print the structural features of a candidate (.cu) or completion (.md).
+    #[command(allow_negative_numbers = true)]
     Features {
-        /// The candidate file.
+        /// The candidate file (`-`: a completion from standard input).
         file: PathBuf,
         /// Task folder: enables the launch plan check and occupancy for its largest config.
         #[arg(long)]
@@ -108,12 +143,13 @@ enum Command {
         command: DatasetCommand,
     },
     /// Train the pairwise ranker on the dataset's timed pairs (and cross-validate it).
+    #[command(allow_negative_numbers = true)]
     TrainRanker {
-        /// Folder of task folders.
-        #[arg(long, default_value = "fixtures/tasks")]
+        /// Folder of task folders (the crate's: fixtures/tasks).
+        #[arg(long)]
         tasks: PathBuf,
-        /// Timings from `cudaperf measure`.
-        #[arg(long, default_value = "fixtures/timings/h200.json")]
+        /// Timings from `cudaperf measure` (the crate's: fixtures/timings/h200.json).
+        #[arg(long)]
         timings: PathBuf,
         /// Output model folder.
         #[arg(long)]
@@ -121,17 +157,17 @@ enum Command {
         /// PNG plot of the training curve (default: <out>/training.png).
         #[arg(long)]
         plot: Option<PathBuf>,
-        /// Leave-tasks-out folds for the cross-validation report (0: skip it).
-        #[arg(long, default_value_t = 5)]
+        /// Leave-tasks-out folds for the cross-validation report (0: skip it; else 2 or more).
+        #[arg(long, default_value_t = 5, value_parser = count)]
         cv: usize,
         /// Hashed syntax n-gram buckets added to the structural features (0: none).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = count)]
         ngrams: usize,
-        /// Training epochs (maximum; early stopping may end sooner).
-        #[arg(long, default_value_t = 300)]
+        /// Training epochs (maximum; early stopping may end sooner; at least 1).
+        #[arg(long, default_value_t = 300, value_parser = count)]
         epochs: usize,
         /// Random seed.
-        #[arg(long, default_value_t = 42)]
+        #[arg(long, default_value_t = 42, value_parser = whole)]
         seed: u64,
         /// Also write the cross-validation report as JSON here.
         #[arg(long)]
@@ -146,17 +182,19 @@ enum Command {
         a: PathBuf,
         /// Second candidate.
         b: PathBuf,
-        /// Ranker model folder.
-        #[arg(long, default_value = "fixtures/models/ranker")]
-        model: PathBuf,
+        /// Ranker model folder (default: $CUDAPERF_RANKER_MODEL, else the model built into
+        /// cudaperf).
+        #[arg(long)]
+        model: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Time every implementation of every task on the GPU against its reference.
+    #[command(allow_negative_numbers = true)]
     Measure {
-        /// Folder of task folders.
-        #[arg(long, default_value = "fixtures/tasks")]
+        /// Folder of task folders (the crate's: fixtures/tasks).
+        #[arg(long)]
         tasks: PathBuf,
         /// Output timings file (e.g. fixtures/timings/h200.json).
         #[arg(long)]
@@ -164,11 +202,11 @@ enum Command {
         /// Only these task ids (comma-separated).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
-        /// GPU workers per visible GPU.
-        #[arg(long, default_value_t = 1)]
+        /// GPU workers per visible GPU (at least 1).
+        #[arg(long, default_value_t = 1, value_parser = count)]
         workers_per_gpu: usize,
         /// Time limit per implementation, seconds.
-        #[arg(long, default_value_t = 120.0)]
+        #[arg(long, default_value_t = 120.0, value_parser = seconds)]
         timeout: f64,
         #[command(flatten)]
         compile: CompileArgs,
@@ -217,7 +255,7 @@ impl QueueArgs {
 #[cfg(feature = "serve")]
 fn eval_options(compile: &CompileArgs, no_gpu: bool) -> Result<EvalOptions, String> {
     Ok(EvalOptions {
-        compile: compile.options()?,
+        compile: compile.options(),
         no_gpu,
         ..Default::default()
     })
@@ -338,10 +376,10 @@ fn node(a: NodeArgs) -> Result<ExitCode, String> {
 enum DatasetCommand {
     /// Tasks by kind, implementations, configs, timed pairs.
     Stats {
-        /// Folder of task folders.
-        #[arg(long, default_value = "fixtures/tasks")]
+        /// Folder of task folders (the crate's: fixtures/tasks).
+        #[arg(long)]
         tasks: PathBuf,
-        /// Timings file for the pair count (default fixtures/timings/h200.json if present).
+        /// Timings file for the pair count (none: pairs are not counted).
         #[arg(long)]
         timings: Option<PathBuf>,
         /// Print JSON.
@@ -350,8 +388,8 @@ enum DatasetCommand {
     },
     /// Write one RL prompt per task.
     Export {
-        /// Folder of task folders.
-        #[arg(long, default_value = "fixtures/tasks")]
+        /// Folder of task folders (the crate's: fixtures/tasks).
+        #[arg(long)]
         tasks: PathBuf,
         /// Output format (jsonl: {"id", "kind", "prompt"} per line).
         #[arg(long, default_value = "jsonl")]
@@ -378,9 +416,39 @@ fn preset(name: &str) -> Result<Box<dyn Reward>, String> {
     })
 }
 
+/// Most bytes read from one candidate file or standard input; the extract stage refuses
+/// anything over its own (smaller) caps with a clear error, without reading gigabytes first.
+const MAX_INPUT_BYTES: u64 = 64 << 20;
+
+fn is_stdin(path: &std::path::Path) -> bool {
+    path.as_os_str() == "-"
+}
+
 fn read_submission(path: &PathBuf) -> Result<Submission, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = if is_stdin(path) {
+        std::io::stdin()
+            .lock()
+            .take(MAX_INPUT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read standard input: {e}"))
+    } else {
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    read?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(format!(
+            "{}: more than {MAX_INPUT_BYTES} bytes; candidates are a few KiB",
+            display_name(path)
+        ));
+    }
     let text = String::from_utf8_lossy(&bytes).into_owned();
+    if is_stdin(path) {
+        return Ok(Submission::from_completion(text));
+    }
     let is_source = matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("cu" | "cuh" | "cpp" | "cc")
@@ -392,6 +460,23 @@ fn read_submission(path: &PathBuf) -> Result<Submission, String> {
     })
 }
 
+/// How a candidate path is named in output.
+fn display_name(path: &std::path::Path) -> String {
+    if is_stdin(path) {
+        "<stdin>".into()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// At most one `-` among the candidate files (standard input can be read once).
+fn check_stdin_once(files: &[PathBuf]) -> Result<(), String> {
+    if files.iter().filter(|f| is_stdin(f)).count() > 1 {
+        return Err("`-` (standard input) may be given only once".into());
+    }
+    Ok(())
+}
+
 fn score(
     task: PathBuf,
     files: Vec<PathBuf>,
@@ -400,17 +485,18 @@ fn score(
     json: bool,
     compile: CompileArgs,
 ) -> Result<ExitCode, String> {
+    check_stdin_once(&files)?;
     let task = Task::load(&task).map_err(|e| e.to_string())?;
     let reward = preset(&reward)?;
-    let evaluator = Evaluator::new(EvalOptions {
-        compile: compile.options()?,
-        ..Default::default()
-    });
-    let ctx = Context::new(&task, &evaluator).at_step(step);
     let subs = files
         .iter()
         .map(read_submission)
         .collect::<Result<Vec<_>, _>>()?;
+    let evaluator = evaluator(EvalOptions {
+        compile: compile.options(),
+        ..Default::default()
+    })?;
+    let ctx = Context::new(&task, &evaluator).at_step(step);
     let mut outputs = Vec::new();
     for (file, sub) in files.iter().zip(&subs) {
         let (value, mut report, error) = match reward.score(&ctx, sub) {
@@ -430,7 +516,7 @@ fn score(
             }
         };
         if let Some(obj) = report.as_object_mut() {
-            obj.insert("file".into(), file.display().to_string().into());
+            obj.insert("file".into(), display_name(file).into());
             obj.insert(
                 "value".into(),
                 value.map_or(serde_json::Value::Null, Into::into),
@@ -442,9 +528,10 @@ fn score(
         if !json {
             let stages = &report["stages"];
             println!(
-                "{}: value {} | extract {} | compile {} | {}",
-                file.display(),
+                "{}: value {} | {} | extract {} | compile {} | {}",
+                display_name(file),
                 value.map_or("n/a".to_string(), |v| format!("{v:.4}")),
+                report["verdict"].as_str().unwrap_or("?"),
                 stages["extract"]["ok"],
                 stages["compile"]["status"],
                 error.as_deref().unwrap_or(""),
@@ -474,18 +561,19 @@ fn features(
 ) -> Result<ExitCode, String> {
     use cudaperf::reward::{Stage, StructureStage};
     let sub = read_submission(&file)?;
-    let code = sub
-        .code()
-        .ok_or_else(|| format!("{}: no code block found", file.display()))?
-        .to_string();
+    let code = match (sub.code(), sub.candidate()) {
+        (Some(code), _) => code.to_string(),
+        (None, Err(e)) => return Err(format!("{}: {e}", display_name(&file))),
+        (None, Ok(_)) => return Err(format!("{}: no code block found", display_name(&file))),
+    };
     let stage: StructureStage = match task {
         Some(t) => {
             let task = Task::load(&t).map_err(|e| e.to_string())?;
-            let evaluator = Evaluator::new(EvalOptions {
-                compile: compile.options()?,
+            let evaluator = evaluator(EvalOptions {
+                compile: compile.options(),
                 no_gpu: true,
                 ..Default::default()
-            });
+            })?;
             let eval = evaluator.evaluate(&task, &sub, Stage::Structure);
             if let Some(err) = &eval.stages.extract.error {
                 eprintln!("note: {err}");
@@ -497,62 +585,50 @@ fn features(
         None => {
             // No task: no ABI to check; occupancy only for launches whose block size and
             // kernel resources are known without sizes.
-            let features = cudaperf::analysis::analyze(code.as_bytes());
+            let tree = cudaperf::analysis::SourceTree::parse(code.as_bytes())
+                .map_err(|e| format!("{}: {e}", display_name(&file)))?;
+            let features = cudaperf::analysis::analyze_tree(&tree);
             let mut occupancy = Vec::new();
             if let Ok(cand) = sub.candidate() {
-                let compiler = cudaperf::compile::Compiler::new(compile.options()?);
+                let compiler = cudaperf::compile::Compiler::new(compile.options())
+                    .map_err(|e| e.to_string())?;
                 if let Some(module) = compiler.compile(cand).module() {
                     let spec = cudaperf::analysis::DeviceSpec::by_name("H200")
                         .unwrap_or(&cudaperf::analysis::DEVICES[0]);
-                    for l in &cand.launches {
-                        let no_sizes = Default::default();
-                        let threads: Option<i64> =
-                            l.block.iter().map(|e| e.eval_int(&no_sizes).ok()).product();
-                        let smem = l
-                            .smem
-                            .as_ref()
-                            .map_or(Some(0), |e| e.eval_int(&no_sizes).ok());
-                        let r = module.kernels.iter().find(|k| k.name == l.kernel);
-                        if let (Some(t), Some(s), Some(r)) = (threads, smem, r) {
-                            if let Ok(o) = cudaperf::analysis::occupancy(
-                                spec,
-                                r.registers,
-                                r.static_smem_bytes as u64,
-                                s.max(0) as u64,
-                                t.clamp(0, 4096) as u32,
-                            ) {
-                                occupancy.push(cudaperf::reward::LaunchOccupancy {
-                                    kernel: l.kernel.clone(),
-                                    block_threads: t as u32,
-                                    registers: r.registers,
-                                    shared_bytes: r.static_smem_bytes as u64 + s.max(0) as u64,
-                                    occupancy: o.occupancy,
-                                    limiter: serde_json::to_value(o.limiter)
-                                        .ok()
-                                        .and_then(|v| v.as_str().map(String::from))
-                                        .unwrap_or_default(),
-                                });
-                            }
+                    let no_sizes = Default::default();
+                    let dims = |e: &[cudaperf::expr::Expr]| -> Option<[u32; 3]> {
+                        let mut d = [1u32; 3];
+                        for (i, x) in e.iter().enumerate().take(3) {
+                            d[i] = u32::try_from(x.eval_int(&no_sizes).ok()?).ok()?.min(4096);
                         }
-                    }
+                        Some(d)
+                    };
+                    let launches = cand
+                        .launches
+                        .iter()
+                        .filter_map(|l| {
+                            let smem = l
+                                .smem
+                                .as_ref()
+                                .map_or(Some(0), |e| e.eval_int(&no_sizes).ok())?;
+                            Some(cudaperf::candidate::ResolvedLaunch {
+                                kernel: l.kernel.clone(),
+                                grid: [1, 1, 1],
+                                block: dims(&l.block)?,
+                                smem: u32::try_from(smem.max(0)).unwrap_or(u32::MAX),
+                                args: Vec::new(),
+                            })
+                        })
+                        .collect();
+                    let plan = cudaperf::candidate::ResolvedPlan {
+                        launches,
+                        scratch_lens: Vec::new(),
+                    };
+                    occupancy = cudaperf::pipeline::static_occupancy(&plan, &module.kernels, spec);
                 }
             }
-            let occ = occupancy.iter().map(|o| o.occupancy).reduce(f64::min);
-            let score = cudaperf::analysis::structural_score(&features, occ, None);
-            StructureStage {
-                score: score.value,
-                terms: score
-                    .terms
-                    .iter()
-                    .map(|t| cudaperf::reward::Term {
-                        name: t.name.clone(),
-                        weight: t.weight,
-                        value: t.contribution,
-                    })
-                    .collect(),
-                occupancy,
-                features: serde_json::to_value(&features).map_err(|e| e.to_string())?,
-            }
+            // Without a task there is no spill count either (as before).
+            cudaperf::pipeline::structure_stage_from(&features, occupancy, &[])
         }
     };
     if json {
@@ -561,7 +637,7 @@ fn features(
             serde_json::to_string_pretty(&stage).map_err(|e| e.to_string())?
         );
     } else {
-        let t = &stage.features["totals"];
+        let t = serde_json::to_value(&stage.features.totals).map_err(|e| e.to_string())?;
         println!("{}: structural score {:.3}", file.display(), stage.score);
         println!("  global accesses: {}", t["global_accesses"]);
         for o in &stage.occupancy {
@@ -590,8 +666,7 @@ fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
             json,
         } => {
             let ds = Dataset::load(&tasks).map_err(|e| e.to_string())?;
-            let default = PathBuf::from("fixtures/timings/h200.json");
-            let path = timings.or_else(|| default.is_file().then_some(default));
+            let path = timings;
             let t = match &path {
                 Some(p) => Some(cudaperf::timings::Timings::load(p).map_err(|e| e.to_string())?),
                 None => None,
@@ -618,7 +693,7 @@ fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
                         s.pairs,
                         p.display()
                     ),
-                    None => println!("pairs: 0 (no timings file; run `cudaperf measure` on a GPU)"),
+                    None => println!("pairs: not counted (give --timings, e.g. fixtures/timings/h200.json, written by `cudaperf measure` on a GPU)"),
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -674,9 +749,41 @@ fn train_ranker(
     report: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
     use cudaperf::ranker::{self, RankerConfig};
-    let ds = cudaperf::dataset::Dataset::load(&tasks).map_err(|e| e.to_string())?;
-    let t = cudaperf::timings::Timings::load(&timings).map_err(|e| e.to_string())?;
+    // Every argument is checked before the (long) training starts.
+    if epochs == 0 {
+        return Err("--epochs must be at least 1".into());
+    }
+    if cv == 1 {
+        return Err("--cv must be 0 (no cross-validation) or at least 2 folds".into());
+    }
+    if ngrams > 4096 {
+        return Err(format!("--ngrams {ngrams}: at most 4096 buckets"));
+    }
+    let png = plot.unwrap_or_else(|| out.join("training.png"));
+    if png.extension().and_then(|e| e.to_str()) != Some("png") {
+        return Err(format!(
+            "--plot {}: the curve is a PNG file (*.png)",
+            png.display()
+        ));
+    }
+    check_writable_dir(&out).map_err(|e| format!("--out {}: {e}", out.display()))?;
+    for (flag, file) in [("--plot", Some(&png)), ("--report", report.as_ref())] {
+        if let Some(f) = file {
+            check_output_file(f).map_err(|e| format!("{flag} {}: {e}", f.display()))?;
+        }
+    }
+    let config = RankerConfig::new().with_epochs(epochs).with_seed(seed);
+    config.validate().map_err(|e| e.to_string())?;
+    let ds = cudaperf::dataset::Dataset::load(&tasks).map_err(|e| format!("--tasks: {e}"))?;
+    let t = cudaperf::timings::Timings::load(&timings).map_err(|e| format!("--timings: {e}"))?;
     let data = ranker::ranking_data(&ds, &t, ngrams).map_err(|e| e.to_string())?;
+    if cv > data.tasks().len() {
+        return Err(format!(
+            "--cv {cv}: only {} tasks have timed pairs, so at most {} folds",
+            data.tasks().len(),
+            data.tasks().len()
+        ));
+    }
     eprintln!(
         "{} samples, {} pairs, {} features, {} tasks (timings: {} on {}, {})",
         data.samples.len(),
@@ -687,7 +794,6 @@ fn train_ranker(
         t.device,
         t.date
     );
-    let config = RankerConfig::new().with_epochs(epochs).with_seed(seed);
     let bar = indicatif::ProgressBar::new(epochs as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -712,7 +818,6 @@ fn train_ranker(
     .map_err(|e| e.to_string())?;
     bar.finish_and_clear();
     model.save(&out).map_err(|e| e.to_string())?;
-    let png = plot.unwrap_or_else(|| out.join("training.png"));
     ranker::plot_history(&history, &png).map_err(|e| e.to_string())?;
     eprintln!(
         "trained in {:.1} s ({} epochs, best {}); model in {}, curve in {}",
@@ -781,17 +886,29 @@ fn rank(
     task: PathBuf,
     a: PathBuf,
     b: PathBuf,
-    model: PathBuf,
+    model: Option<PathBuf>,
     json: bool,
 ) -> Result<ExitCode, String> {
     use cudaperf::ranker::{features_for, TrainedRanker};
+    check_stdin_once(&[a.clone(), b.clone()])?;
     let task = Task::load(&task).map_err(|e| e.to_string())?;
-    let ranker = TrainedRanker::load_unchecked(&model).map_err(|e| e.to_string())?;
+    let model = model.or_else(|| {
+        std::env::var_os(cudaperf::pipeline::RANKER_MODEL_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    let ranker = match &model {
+        Some(dir) => TrainedRanker::load_unchecked(dir),
+        None => TrainedRanker::shipped(),
+    }
+    .map_err(|e| e.to_string())?;
     let score = |p: &PathBuf| -> Result<f32, String> {
         let sub = read_submission(p)?;
-        let code = sub
-            .code()
-            .ok_or_else(|| format!("{}: no code block found", p.display()))?;
+        let code = match (sub.code(), sub.candidate()) {
+            (Some(code), _) => code,
+            (None, Err(e)) => return Err(format!("{}: {e}", display_name(p))),
+            (None, Ok(_)) => return Err(format!("{}: no code block found", display_name(p))),
+        };
         let f = features_for(code, ranker.feature_names()).map_err(|e| e.to_string())?;
         ranker.score(&f).map_err(|e| e.to_string())
     };
@@ -804,9 +921,10 @@ fn rank(
     };
     if json {
         let v = serde_json::json!({
-            "task": task.id, "a": a.display().to_string(), "b": b.display().to_string(),
+            "task": task.id, "a": display_name(&a), "b": display_name(&b),
             "score_a": sa, "score_b": sb, "prob_a_faster": p_a,
-            "predicted_faster": winner.display().to_string(), "probability": p,
+            "predicted_faster": display_name(winner), "probability": p,
+            "model": model.as_ref().map_or_else(|| cudaperf::ranker::SHIPPED_ORIGIN.to_string(), |m| m.display().to_string()),
         });
         println!(
             "{}",
@@ -815,7 +933,7 @@ fn rank(
     } else {
         println!(
             "{} is predicted faster (p = {:.3}; scores {:.3} vs {:.3})",
-            winner.display(),
+            display_name(winner),
             p,
             sa,
             sb
@@ -879,17 +997,20 @@ fn measure(
 ) -> Result<ExitCode, String> {
     use cudaperf::reward::Stage;
     use cudaperf::timings::{ImplTiming, TaskTimings, Timings};
+    if workers_per_gpu == 0 {
+        return Err("--workers-per-gpu must be at least 1".into());
+    }
     let tasks = load_tasks(&dir, &only)?;
-    let evaluator = Evaluator::new(EvalOptions {
-        compile: compile.options()?,
+    let evaluator = evaluator(EvalOptions {
+        compile: compile.options(),
         exec: cudaperf::exec::ExecOptions {
             workers_per_gpu,
             timeout: std::time::Duration::from_secs_f64(timeout.max(1.0)),
             ..Default::default()
         },
         ..Default::default()
-    });
-    evaluator.executor()?;
+    })?;
+    evaluator.executor().map_err(|e| e.to_string())?;
     let total: usize = tasks.iter().map(|t| t.all_implementations().count()).sum();
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
@@ -967,6 +1088,28 @@ fn measure(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Creates `dir` if needed and checks that files can be written in it.
+fn check_writable_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(std::io::Error::other("exists and is not a folder"));
+    }
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(".cudaperf-write-check.{}", std::process::id()));
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(&probe)
+}
+
+/// Checks that `file` can be written (its folder is created if needed).
+fn check_output_file(file: &std::path::Path) -> std::io::Result<()> {
+    if file.is_dir() {
+        return Err(std::io::Error::other("is a folder"));
+    }
+    match file.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => check_writable_dir(parent),
+        None => check_writable_dir(std::path::Path::new(".")),
+    }
 }
 
 fn write_json(out: &std::path::Path, value: &impl serde::Serialize) -> Result<(), String> {

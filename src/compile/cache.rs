@@ -31,10 +31,13 @@ pub struct CacheEntry {
 
 impl CacheEntry {
     /// The cubin bytes.
-    pub fn cubin(&self) -> Vec<u8> {
-        base64::engine::general_purpose::STANDARD
-            .decode(&self.cubin_b64)
-            .unwrap_or_default()
+    pub fn cubin(&self) -> Result<Vec<u8>, base64::DecodeError> {
+        base64::engine::general_purpose::STANDARD.decode(&self.cubin_b64)
+    }
+
+    /// Whether the entry can be used: a success carries a cubin that decodes.
+    pub fn is_valid(&self) -> bool {
+        !self.ok || self.cubin().is_ok_and(|c| !c.is_empty())
     }
 }
 
@@ -80,6 +83,17 @@ impl CompileCache {
         }
     }
 
+    /// Creates `dir` if needed and checks that this process can write to it.
+    pub fn check_dir(dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        if !dir.is_dir() {
+            return Err(std::io::Error::other("not a folder"));
+        }
+        let probe = dir.join(format!(".write-check.{}", std::process::id()));
+        std::fs::write(&probe, b"")?;
+        std::fs::remove_file(&probe)
+    }
+
     fn path(dir: &Path, key: &str) -> PathBuf {
         dir.join(format!("{key}.json"))
     }
@@ -90,9 +104,37 @@ impl CompileCache {
             return Some(Arc::clone(e));
         }
         let dir = self.dir.as_ref()?;
-        let text = std::fs::read_to_string(Self::path(dir, key)).ok()?;
-        // A corrupt entry is a miss, not an error: it will be rewritten.
-        let entry: CacheEntry = serde_json::from_str(&text).ok()?;
+        let path = Self::path(dir, key);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(
+                    "compile cache entry {} cannot be read ({e}); compiling again",
+                    path.display()
+                );
+                return None;
+            }
+        };
+        // A corrupt entry is a miss, never a result: the source is compiled again and the
+        // entry rewritten. Nothing read from the cache can make up a compile outcome.
+        let entry: CacheEntry = match serde_json::from_str(&text) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(
+                    "compile cache entry {} is corrupt ({e}); compiling again",
+                    path.display()
+                );
+                return None;
+            }
+        };
+        if !entry.is_valid() {
+            tracing::warn!(
+                "compile cache entry {} has no valid cubin; compiling again",
+                path.display()
+            );
+            return None;
+        }
         let entry = Arc::new(entry);
         self.remember(key, Arc::clone(&entry));
         Some(entry)

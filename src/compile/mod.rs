@@ -17,7 +17,7 @@ pub mod ptxas;
 pub mod worker;
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -29,21 +29,47 @@ pub use ptxas::Resources;
 
 use crate::candidate::Candidate;
 use crate::sandbox::{JobOutcome, Pool};
-use crate::worker::{find_worker, Role};
+use crate::worker::Role;
 use worker::{CompileJob, Compiled};
 
 /// Where compiles run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
-    /// In worker processes when a worker executable is found, else in this process.
+    /// In worker processes with a time and memory limit (the default). A [`Compiler`] is
+    /// not built when no worker executable is found: untrusted source is never compiled in
+    /// this process behind the caller's back.
     #[default]
-    Auto,
-    /// Always in worker processes; no worker found means `Unavailable`.
     Sandboxed,
     /// In this process: fastest, but a compile cannot be stopped at its time limit. Only
-    /// for trusted sources (the crate's own fixtures).
+    /// for trusted sources (the crate's own fixtures), and only when asked for.
     InProcess,
+}
+
+/// Why a [`Compiler`] cannot be built with these options.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompilerError {
+    /// `CompileOptions::arch` is not of the form `sm_XX`.
+    #[error("invalid target architecture `{arch}` (expected sm_XX, e.g. sm_90)")]
+    InvalidArch {
+        /// The value given.
+        arch: String,
+    },
+    /// The NVRTC found here cannot compile for the architecture.
+    #[error(transparent)]
+    UnsupportedArch(nvrtc::NvrtcError),
+    /// Sandboxed compiles need a worker executable and none was found.
+    #[error("no compile worker: {0}; set CompileOptions::worker or CUDAPERF_WORKER, serve as your own worker (EvalOptions::self_worker and cudaperf::worker::run_if_requested), or opt into Isolation::InProcess for trusted sources")]
+    NoWorker(crate::worker::WorkerNotFound),
+    /// The cache folder cannot be created or written.
+    #[error("compile cache folder {}: {source}", path.display())]
+    CacheDir {
+        /// The folder.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
 }
 
 /// Compile settings. Every field has a documented default.
@@ -58,11 +84,12 @@ pub struct CompileOptions {
     pub max_log_bytes: usize,
     /// Wall-clock limit per compile (default 30 s). Enforced only when sandboxed.
     pub timeout: Duration,
-    /// Persist the cache here (default: memory only).
+    /// Persist the cache here (default: memory only). It must be a folder this process can
+    /// create and write; [`Compiler::new`] checks.
     pub cache_dir: Option<PathBuf>,
-    /// Where compiles run (default [`Isolation::Auto`]).
+    /// Where compiles run (default [`Isolation::Sandboxed`]).
     pub isolation: Isolation,
-    /// Worker executable (default: found by [`find_worker`]).
+    /// Worker executable (default: found by [`crate::worker::find_worker`]).
     pub worker: Option<PathBuf>,
     /// Compile workers (default: one per core).
     pub workers: usize,
@@ -78,7 +105,7 @@ impl Default for CompileOptions {
             max_log_bytes: 4096,
             timeout: Duration::from_secs(30),
             cache_dir: None,
-            isolation: Isolation::Auto,
+            isolation: Isolation::Sandboxed,
             worker: None,
             workers: std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -188,102 +215,62 @@ impl CompileOutcome {
             _ => None,
         }
     }
-
-    /// The report form of this outcome.
-    pub fn to_stage(&self, arch: &str, sandboxed: bool) -> CompileStage {
-        let mut s = CompileStage {
-            ok: false,
-            status: String::new(),
-            log: String::new(),
-            kernels: Vec::new(),
-            cached: false,
-            millis: 0.0,
-            arch: arch.to_string(),
-            sandboxed,
-            reason: None,
-        };
-        match self {
-            CompileOutcome::Compiled {
-                module,
-                cached,
-                millis,
-            } => {
-                s.ok = true;
-                s.status = "compiled".into();
-                s.log = module.log.clone();
-                s.kernels = module.kernels.clone();
-                s.cached = *cached;
-                s.millis = *millis;
-            }
-            CompileOutcome::Failed {
-                log,
-                cached,
-                millis,
-            } => {
-                s.status = "error".into();
-                s.log = log.clone();
-                s.cached = *cached;
-                s.millis = *millis;
-            }
-            CompileOutcome::Rejected { reason } => {
-                s.status = "rejected".into();
-                s.reason = Some(reason.clone());
-            }
-            CompileOutcome::Timeout { limit_ms } => {
-                s.status = "timeout".into();
-                s.reason = Some(format!(
-                    "compile exceeded its {limit_ms} ms limit and was killed"
-                ));
-            }
-            CompileOutcome::Unavailable { reason } => {
-                s.status = "unavailable".into();
-                s.reason = Some(reason.clone());
-            }
-        }
-        s
-    }
-}
-
-/// `stages.compile` of a report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompileStage {
-    /// Whether a cubin was produced.
-    pub ok: bool,
-    /// `compiled`, `error`, `rejected`, `timeout` or `unavailable`.
-    pub status: String,
-    /// Trimmed compile log (errors first).
-    pub log: String,
-    /// Per-kernel resources from ptxas.
-    pub kernels: Vec<Resources>,
-    /// Served from the cache.
-    pub cached: bool,
-    /// Wall time of the stage in milliseconds.
-    pub millis: f64,
-    /// Target architecture.
-    pub arch: String,
-    /// Whether the compile ran in a worker process.
-    pub sandboxed: bool,
-    /// Why the stage did not produce a result (rejected, timeout, unavailable).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub reason: Option<String>,
 }
 
 /// Compiles candidates; cheap to share between threads.
 pub struct Compiler {
     options: CompileOptions,
     cache: CompileCache,
-    pool: OnceLock<Option<Pool<CompileJob, Compiled>>>,
+    /// The worker pool (sandboxed compiles), `None` for in-process compiles.
+    pool: Option<Pool<CompileJob, Compiled>>,
+    worker: Option<PathBuf>,
 }
 
+/// A kernel every working NVRTC compiles: run after a compile ends in a way that might be
+/// ours rather than the candidate's (a worker that died twice, a timeout), to tell them
+/// apart.
+const CANARY: &str =
+    "extern \"C\" __global__ void cudaperf_canary(float* x) { x[threadIdx.x] = 1.0f; }\n";
+
 impl Compiler {
-    /// A compiler with these options. Nothing is loaded until the first compile.
-    pub fn new(options: CompileOptions) -> Compiler {
-        let cache = CompileCache::new(options.cache_dir.clone());
-        Compiler {
-            options,
-            cache,
-            pool: OnceLock::new(),
+    /// A compiler with these options. Nothing is started until the first compile, but the
+    /// options are checked now: the architecture (against the NVRTC found here, if any), the
+    /// cache folder (created and written once), and, for sandboxed compiles, that a worker
+    /// executable exists.
+    pub fn new(options: CompileOptions) -> Result<Compiler, CompilerError> {
+        if !valid_arch(&options.arch) {
+            return Err(CompilerError::InvalidArch {
+                arch: options.arch.clone(),
+            });
         }
+        // Without NVRTC the check is left to the compile, which reports `unavailable`.
+        if nvrtc::load().is_ok() {
+            nvrtc::check_arch(&options.arch).map_err(CompilerError::UnsupportedArch)?;
+        }
+        if let Some(dir) = &options.cache_dir {
+            CompileCache::check_dir(dir).map_err(|source| CompilerError::CacheDir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let (pool, worker) = match options.isolation {
+            Isolation::InProcess => (None, None),
+            Isolation::Sandboxed => {
+                let command =
+                    crate::worker::locate_worker(options.worker.as_deref(), Role::Compile)
+                        .map_err(CompilerError::NoWorker)?;
+                let mut spec = command.spec(Role::Compile);
+                spec.memory_limit_bytes = options.memory_limit_bytes;
+                let worker = Some(command.program.clone());
+                (Some(Pool::new(vec![spec; options.workers.max(1)])), worker)
+            }
+        };
+        Ok(Compiler {
+            cache: CompileCache::new(options.cache_dir.clone()),
+            options,
+            pool,
+            worker,
+        })
     }
 
     /// The options.
@@ -291,23 +278,19 @@ impl Compiler {
         &self.options
     }
 
-    /// Whether compiles run in worker processes.
-    pub fn is_sandboxed(&self) -> bool {
-        self.pool().is_some()
+    /// Where compiles run.
+    pub fn isolation(&self) -> Isolation {
+        self.options.isolation
     }
 
-    fn pool(&self) -> Option<&Pool<CompileJob, Compiled>> {
-        self.pool
-            .get_or_init(|| {
-                if self.options.isolation == Isolation::InProcess {
-                    return None;
-                }
-                let command = find_worker(self.options.worker.as_deref(), Role::Compile)?;
-                let mut spec = command.spec(Role::Compile);
-                spec.memory_limit_bytes = self.options.memory_limit_bytes;
-                Some(Pool::new(vec![spec; self.options.workers.max(1)]))
-            })
-            .as_ref()
+    /// Whether compiles run in worker processes.
+    pub fn is_sandboxed(&self) -> bool {
+        self.pool.is_some()
+    }
+
+    /// The worker executable (sandboxed compiles).
+    pub fn worker(&self) -> Option<&std::path::Path> {
+        self.worker.as_deref()
     }
 
     /// Compiles a candidate's source, asking for the lowered names of its kernels.
@@ -323,14 +306,6 @@ impl Compiler {
     /// Compiles a source; `kernel_exprs` are the kernels (as launched) to resolve.
     pub fn compile_source(&self, source: &str, kernel_exprs: &[String]) -> CompileOutcome {
         let start = Instant::now();
-        if !valid_arch(&self.options.arch) {
-            return CompileOutcome::Unavailable {
-                reason: format!(
-                    "invalid target architecture `{}` (expected sm_XX, e.g. sm_90)",
-                    self.options.arch
-                ),
-            };
-        }
         if let Err(e) = check_includes(source) {
             return CompileOutcome::Rejected {
                 reason: e.to_string(),
@@ -343,7 +318,11 @@ impl Compiler {
         }
         let lib = match nvrtc::load() {
             Ok(l) => l,
-            Err(reason) => return CompileOutcome::Unavailable { reason },
+            Err(e) => {
+                return CompileOutcome::Unavailable {
+                    reason: e.to_string(),
+                }
+            }
         };
         let mut exprs: Vec<String> = Vec::new();
         for e in kernel_exprs {
@@ -356,69 +335,18 @@ impl Compiler {
         if let Some(entry) = self.cache.get(&key) {
             return self.outcome(&entry, true, start);
         }
-        if self.options.isolation == Isolation::Sandboxed && self.pool().is_none() {
-            return CompileOutcome::Unavailable {
-                reason: "sandboxed compiles need the `cudaperf` worker executable: set CUDAPERF_WORKER or CompileOptions::worker".into(),
-            };
-        }
-        let raw = match self.pool() {
-            Some(pool) => {
-                let job = CompileJob {
-                    source: source.to_string(),
-                    program_name: "candidate.cu".into(),
-                    flags: flags.clone(),
-                    name_exprs: exprs.clone(),
-                };
-                let mut outcome = pool.run(&job, self.options.timeout);
-                if let JobOutcome::Crashed { reason, .. } = &outcome {
-                    // A worker can die of our causes too; a source that kills a fresh one
-                    // again is the candidate's doing (e.g. a template bomb past RLIMIT_AS).
-                    tracing::warn!("compile worker died ({reason}); retrying once");
-                    outcome = pool.run(&job, self.options.timeout);
-                }
-                match outcome {
-                    JobOutcome::Done(Compiled {
-                        ok,
-                        log,
-                        cubin_b64,
-                        lowered,
-                    }) => {
-                        let cubin = base64::engine::general_purpose::STANDARD
-                            .decode(cubin_b64)
-                            .unwrap_or_default();
-                        nvrtc::NvrtcOutput {
-                            ok,
-                            log,
-                            cubin,
-                            lowered,
-                        }
-                    }
-                    JobOutcome::Refused { reason } | JobOutcome::Unavailable { reason } => {
-                        return CompileOutcome::Unavailable { reason }
-                    }
-                    JobOutcome::Timeout { limit } => {
-                        return CompileOutcome::Timeout {
-                            limit_ms: limit.as_millis() as u64,
-                        }
-                    }
-                    JobOutcome::Crashed {
-                        reason,
-                        stderr_tail,
-                    } => {
-                        let tail = crate::sandbox::last_lines(&stderr_tail, 5, "\n");
-                        return CompileOutcome::Failed {
-                            log: format!(
-                                "the compiler process died twice on this source: {reason}\n{tail}"
-                            ),
-                            cached: false,
-                            millis: start.elapsed().as_secs_f64() * 1e3,
-                        };
-                    }
-                }
-            }
+        let raw = match &self.pool {
+            Some(pool) => match self.compile_in_worker(pool, source, &flags, &exprs, start) {
+                Ok(raw) => raw,
+                Err(outcome) => return outcome,
+            },
             None => match nvrtc::compile(source, "candidate.cu", &flags, &exprs) {
                 Ok(out) => out,
-                Err(reason) => return CompileOutcome::Unavailable { reason },
+                Err(e) => {
+                    return CompileOutcome::Unavailable {
+                        reason: e.to_string(),
+                    }
+                }
             },
         };
         let entry = self.entry_from(raw, lib.include_dir.as_deref());
@@ -430,6 +358,98 @@ impl Compiler {
             }
         };
         self.outcome(&entry, false, start)
+    }
+
+    /// One compile on the pool. `Err` is the stage's final outcome: the candidate's (a
+    /// timeout, a source that kills the compiler) or ours (`Unavailable`).
+    fn compile_in_worker(
+        &self,
+        pool: &Pool<CompileJob, Compiled>,
+        source: &str,
+        flags: &[String],
+        exprs: &[String],
+        start: Instant,
+    ) -> Result<nvrtc::NvrtcOutput, CompileOutcome> {
+        let job = CompileJob {
+            source: source.to_string(),
+            program_name: "candidate.cu".into(),
+            flags: flags.to_vec(),
+            name_exprs: exprs.to_vec(),
+        };
+        let mut outcome = pool.run(&job, self.options.timeout);
+        if let JobOutcome::Crashed { reason, .. } = &outcome {
+            // A worker can die of our causes too; a source that kills a fresh one again is
+            // the candidate's doing (e.g. a template bomb past RLIMIT_AS) — if a fresh worker
+            // still compiles a trivial kernel (checked below).
+            tracing::warn!("compile worker died ({reason}); retrying once");
+            outcome = pool.run(&job, self.options.timeout);
+        }
+        match outcome {
+            JobOutcome::Done(c) => decode(c),
+            JobOutcome::Refused { reason } | JobOutcome::Unavailable { reason } => {
+                Err(CompileOutcome::Unavailable { reason })
+            }
+            JobOutcome::Timeout { limit } => {
+                self.canary(pool, "the compile ran past its time limit")?;
+                Err(CompileOutcome::Timeout {
+                    limit_ms: limit.as_millis() as u64,
+                })
+            }
+            JobOutcome::Crashed {
+                reason,
+                stderr_tail,
+            } => {
+                self.canary(pool, "the compile worker died twice on this source")?;
+                let tail = crate::sandbox::last_lines(&stderr_tail, 5, "\n");
+                Err(CompileOutcome::Failed {
+                    log: format!(
+                        "the compiler process died twice on this source: {reason}\n{tail}"
+                    ),
+                    cached: false,
+                    millis: start.elapsed().as_secs_f64() * 1e3,
+                })
+            }
+        }
+    }
+
+    /// Compiles [`CANARY`] on the pool: `Ok` when the workers are healthy (so a failure just
+    /// seen was the candidate's), else `Unavailable` saying what `what` could not be blamed
+    /// on.
+    fn canary(&self, pool: &Pool<CompileJob, Compiled>, what: &str) -> Result<(), CompileOutcome> {
+        let lib = nvrtc::load().map_err(|e| CompileOutcome::Unavailable {
+            reason: e.to_string(),
+        })?;
+        let job = CompileJob {
+            source: CANARY.into(),
+            program_name: "canary.cu".into(),
+            flags: self.options.flags(lib.include_dir.as_deref()),
+            name_exprs: Vec::new(),
+        };
+        let broken = |how: String| {
+            CompileOutcome::Unavailable {
+            reason: format!(
+                "{what}, but the compile workers are broken too (a trivial kernel {how}), so it is not the candidate's failure"
+            ),
+        }
+        };
+        match pool.run(&job, self.options.timeout) {
+            JobOutcome::Done(c) => match decode(c) {
+                Ok(out) if out.ok => Ok(()),
+                Ok(out) => Err(broken(format!(
+                    "failed to compile: {}",
+                    out.log.lines().next().unwrap_or("")
+                ))),
+                Err(CompileOutcome::Unavailable { reason }) => Err(broken(reason)),
+                Err(_) => Err(broken("gave an unreadable answer".into())),
+            },
+            JobOutcome::Timeout { limit } => {
+                Err(broken(format!("also ran past {} ms", limit.as_millis())))
+            }
+            JobOutcome::Crashed { reason, .. } => Err(broken(format!("also crashed: {reason}"))),
+            JobOutcome::Refused { reason } | JobOutcome::Unavailable { reason } => {
+                Err(CompileOutcome::Unavailable { reason })
+            }
+        }
     }
 
     fn entry_from(
@@ -465,9 +485,19 @@ impl Compiler {
         let millis = start.elapsed().as_secs_f64() * 1e3;
         let log = ptxas::trim_log(entry.log.trim(), self.options.max_log_bytes);
         if entry.ok {
+            // `CompileCache::get` and `decode` only let valid entries through; a cubin that
+            // still does not decode is ours, never the candidate's.
+            let cubin = match entry.cubin() {
+                Ok(c) if !c.is_empty() => c,
+                _ => {
+                    return CompileOutcome::Unavailable {
+                        reason: "a compile cache entry holds no valid cubin".into(),
+                    }
+                }
+            };
             CompileOutcome::Compiled {
                 module: CompiledModule {
-                    cubin: Arc::new(entry.cubin()),
+                    cubin: Arc::new(cubin),
                     kernels: entry.kernels.clone(),
                     lowered: entry.lowered.clone(),
                     log,
@@ -483,6 +513,27 @@ impl Compiler {
             }
         }
     }
+}
+
+/// A worker's answer as NVRTC output; a cubin that does not decode, or a success without
+/// one, is a broken worker (ours), never the candidate's.
+fn decode(c: Compiled) -> Result<nvrtc::NvrtcOutput, CompileOutcome> {
+    let cubin = base64::engine::general_purpose::STANDARD
+        .decode(c.cubin_b64)
+        .map_err(|e| CompileOutcome::Unavailable {
+            reason: format!("the compile worker returned an undecodable cubin: {e}"),
+        })?;
+    if c.ok && cubin.is_empty() {
+        return Err(CompileOutcome::Unavailable {
+            reason: "the compile worker reported success without a cubin".into(),
+        });
+    }
+    Ok(nvrtc::NvrtcOutput {
+        ok: c.ok,
+        log: c.log,
+        cubin,
+        lowered: c.lowered,
+    })
 }
 
 #[cfg(test)]

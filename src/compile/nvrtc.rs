@@ -100,17 +100,77 @@ fn include_dir_for(lib: &Path) -> Option<PathBuf> {
     inc.join("cuda_fp16.h").exists().then_some(inc)
 }
 
-static LOADED: OnceLock<Result<NvrtcLib, String>> = OnceLock::new();
+/// Why NVRTC could not be used. None of these is the candidate's fault: the compile stage
+/// reports them as `unavailable`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NvrtcError {
+    /// No NVRTC library was found or could be opened.
+    #[error("NVRTC not found: set CUDAPERF_NVRTC to libnvrtc.so, install a CUDA toolkit, or `pip install \"nvidia-cuda-nvrtc==13.*\"`{}", tried_suffix(.tried))]
+    NotFound {
+        /// Libraries that exist but could not be opened, with the reason.
+        tried: Vec<String>,
+    },
+    /// An NVRTC call failed for a reason that is not the source's.
+    #[error("{call} failed: {code}")]
+    Call {
+        /// The NVRTC function.
+        call: &'static str,
+        /// NVRTC's result code.
+        code: String,
+    },
+    /// NVRTC refused the compile options (ours, e.g. an architecture it does not know).
+    #[error("NVRTC refused the compile options {flags:?}: {log}")]
+    InvalidOption {
+        /// The options.
+        flags: Vec<String>,
+        /// NVRTC's log, first line.
+        log: String,
+    },
+    /// The target architecture is not one this NVRTC compiles for.
+    #[error("architecture `{arch}` is not supported by NVRTC {version} (it supports {supported})")]
+    UnsupportedArch {
+        /// The requested architecture.
+        arch: String,
+        /// NVRTC's version, `major.minor`.
+        version: String,
+        /// The supported ones, `sm_XX` comma-separated.
+        supported: String,
+    },
+    /// A string handed to NVRTC contains a NUL byte.
+    #[error("the {what} contains a NUL byte")]
+    NulByte {
+        /// What (`source`, `program name`, `compile flag`).
+        what: &'static str,
+    },
+}
+
+/// For callers that carry reasons as text (the GPU worker's support kernels).
+impl From<NvrtcError> for String {
+    fn from(e: NvrtcError) -> String {
+        e.to_string()
+    }
+}
+
+fn tried_suffix(tried: &[String]) -> String {
+    if tried.is_empty() {
+        String::new()
+    } else {
+        format!(" (failed to open: {})", tried.join("; "))
+    }
+}
+
+static LOADED: OnceLock<Result<NvrtcLib, NvrtcError>> = OnceLock::new();
 
 /// Finds and opens NVRTC once per process. The error says where it looked.
-pub fn load() -> Result<&'static NvrtcLib, String> {
+pub fn load() -> Result<&'static NvrtcLib, NvrtcError> {
     LOADED
         .get_or_init(load_uncached)
         .as_ref()
         .map_err(Clone::clone)
 }
 
-fn load_uncached() -> Result<NvrtcLib, String> {
+fn load_uncached() -> Result<NvrtcLib, NvrtcError> {
     let candidates = candidate_paths();
     let mut tried = Vec::new();
     for path in &candidates {
@@ -122,6 +182,7 @@ fn load_uncached() -> Result<NvrtcLib, String> {
         match unsafe { libloading::Library::new(path) } {
             Ok(lib) => {
                 std::mem::forget(lib);
+                // SAFETY: only tries to open the library by name; no NVRTC call is made.
                 if !unsafe { sys::is_culib_present() } {
                     tried.push(format!(
                         "{} (opened, but cudarc could not find it by name)",
@@ -140,6 +201,7 @@ fn load_uncached() -> Result<NvrtcLib, String> {
         }
     }
     // Last resort: whatever the system loader finds by name.
+    // SAFETY: only tries to open the library by name; no NVRTC call is made.
     if unsafe { sys::is_culib_present() } {
         let version = nvrtc_version()?;
         return Ok(NvrtcLib {
@@ -150,22 +212,63 @@ fn load_uncached() -> Result<NvrtcLib, String> {
             version,
         });
     }
-    let mut reason = String::from(
-        "NVRTC not found: set CUDAPERF_NVRTC to libnvrtc.so, install a CUDA toolkit, or `pip install \"nvidia-cuda-nvrtc==13.*\"`",
-    );
-    if !tried.is_empty() {
-        reason.push_str(&format!(" (failed to open: {})", tried.join("; ")));
-    }
-    Err(reason)
+    Err(NvrtcError::NotFound { tried })
 }
 
-fn nvrtc_version() -> Result<(i32, i32), String> {
+fn call_error(call: &'static str) -> impl Fn(result::NvrtcError) -> NvrtcError {
+    move |e| NvrtcError::Call {
+        call,
+        code: format!("{:?}", e.0),
+    }
+}
+
+fn nvrtc_version() -> Result<(i32, i32), NvrtcError> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: plain out-parameters.
     unsafe { sys::nvrtcVersion(&mut major, &mut minor) }
         .result()
-        .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+        .map_err(call_error("nvrtcVersion"))?;
     Ok((major, minor))
+}
+
+/// The `sm_XX` numbers (e.g. 90) the loaded NVRTC can compile for.
+pub fn supported_archs() -> Result<Vec<i32>, NvrtcError> {
+    load()?;
+    let mut n: std::ffi::c_int = 0;
+    // SAFETY: out-parameter.
+    unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) }
+        .result()
+        .map_err(call_error("nvrtcGetNumSupportedArchs"))?;
+    let mut archs = vec![0 as std::ffi::c_int; n.max(0) as usize];
+    if !archs.is_empty() {
+        // SAFETY: the buffer holds the number of entries NVRTC just reported.
+        unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
+            .result()
+            .map_err(call_error("nvrtcGetSupportedArchs"))?;
+    }
+    Ok(archs)
+}
+
+/// Checks that the loaded NVRTC compiles for `arch` (`sm_90`, `sm_90a`).
+pub fn check_arch(arch: &str) -> Result<(), NvrtcError> {
+    let lib = load()?;
+    let number: Option<i32> = arch
+        .strip_prefix("sm_")
+        .map(|n| n.trim_end_matches('a'))
+        .and_then(|n| n.parse().ok());
+    let supported = supported_archs()?;
+    if number.is_some_and(|n| supported.contains(&n)) {
+        return Ok(());
+    }
+    Err(NvrtcError::UnsupportedArch {
+        arch: arch.to_string(),
+        version: format!("{}.{}", lib.version.0, lib.version.1),
+        supported: supported
+            .iter()
+            .map(|a| format!("sm_{a}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
 }
 
 /// What one NVRTC compile produced.
@@ -208,14 +311,14 @@ pub fn compile(
     program_name: &str,
     flags: &[String],
     name_exprs: &[String],
-) -> Result<NvrtcOutput, String> {
+) -> Result<NvrtcOutput, NvrtcError> {
     load()?;
-    let src = CString::new(source).map_err(|_| "source contains a NUL byte".to_string())?;
-    let name =
-        CString::new(program_name).map_err(|_| "program name contains a NUL byte".to_string())?;
+    let src = CString::new(source).map_err(|_| NvrtcError::NulByte { what: "source" })?;
+    let name = CString::new(program_name).map_err(|_| NvrtcError::NulByte {
+        what: "program name",
+    })?;
     let prog = Program(
-        result::create_program(&src, Some(&name))
-            .map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?,
+        result::create_program(&src, Some(&name)).map_err(call_error("nvrtcCreateProgram"))?,
     );
     let exprs: Vec<CString> = name_exprs
         .iter()
@@ -232,7 +335,9 @@ pub fn compile(
         }
     }
     if flags.iter().any(|f| f.contains('\0')) {
-        return Err("a compile flag contains a NUL byte".into());
+        return Err(NvrtcError::NulByte {
+            what: "compile flag",
+        });
     }
     // SAFETY: prog is live; flags are NUL-free (checked above, cudarc unwraps CString::new).
     let compiled = unsafe { result::compile_program(prog.0, flags) };
@@ -240,26 +345,42 @@ pub fn compile(
     let log = unsafe { result::get_program_log(prog.0) }
         .map(c_chars_to_string)
         .unwrap_or_default();
-    if compiled.is_err() {
-        return Ok(NvrtcOutput {
-            ok: false,
-            log,
-            cubin: Vec::new(),
-            lowered: Vec::new(),
-        });
+    match compiled.map_err(|e| e.0) {
+        Ok(()) => {}
+        // The source's errors; running out of memory is a template bomb's doing (workers
+        // run under an address-space limit far above what a real kernel needs).
+        Err(sys::nvrtcResult::NVRTC_ERROR_COMPILATION)
+        | Err(sys::nvrtcResult::NVRTC_ERROR_OUT_OF_MEMORY) => {
+            return Ok(NvrtcOutput {
+                ok: false,
+                log,
+                cubin: Vec::new(),
+                lowered: Vec::new(),
+            })
+        }
+        Err(sys::nvrtcResult::NVRTC_ERROR_INVALID_OPTION) => {
+            return Err(NvrtcError::InvalidOption {
+                flags: flags.to_vec(),
+                log: log.lines().next().unwrap_or("").trim().to_string(),
+            })
+        }
+        Err(code) => {
+            return Err(NvrtcError::Call {
+                call: "nvrtcCompileProgram",
+                code: format!("{code:?}"),
+            })
+        }
     }
     let mut size = 0usize;
     // SAFETY: prog compiled; out-parameter.
     unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }
         .result()
-        .map_err(|e| {
-            format!("nvrtcGetCUBINSize: {e:?} (compile for a real sm_XX arch, not compute_XX)")
-        })?;
+        .map_err(call_error("nvrtcGetCUBINSize"))?;
     let mut cubin = vec![0u8; size];
     // SAFETY: buffer has the size NVRTC reported.
     unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut c_char) }
         .result()
-        .map_err(|e| format!("nvrtcGetCUBIN: {e:?}"))?;
+        .map_err(call_error("nvrtcGetCUBIN"))?;
     let mut lowered = Vec::new();
     for (e, text) in added {
         let mut ptr: *const c_char = std::ptr::null();

@@ -48,7 +48,7 @@ impl Handler for CompileHandler {
                 cubin_b64: base64::engine::general_purpose::STANDARD.encode(&out.cubin),
                 lowered: out.lowered,
             }),
-            Err(reason) => Handled::refused(reason),
+            Err(e) => Handled::refused(e.to_string()),
         }
     }
 }

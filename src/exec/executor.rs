@@ -6,8 +6,31 @@ use std::time::{Duration, Instant};
 
 use super::job::{ExecJob, TimingOptions};
 use super::report::{ExecResult, ExecStatus};
-use crate::sandbox::{JobOutcome, Pool};
-use crate::worker::{find_worker, Role};
+use crate::sandbox::{JobOutcome, Pool, WorkerSpec};
+use crate::worker::{locate_worker, Role, WorkerNotFound};
+
+/// Why GPU jobs cannot run here (the GPU stages then report `unavailable`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuUnavailable {
+    /// libcuda cannot be loaded.
+    #[error("no NVIDIA driver (libcuda) on this machine")]
+    NoDriver,
+    /// A driver call failed.
+    #[error("{call} failed: {code}")]
+    Driver {
+        /// The driver function.
+        call: &'static str,
+        /// Its error.
+        code: String,
+    },
+    /// The driver sees no device.
+    #[error("the driver reports no GPU")]
+    NoGpu,
+    /// No worker executable was found.
+    #[error("GPU jobs need a worker: {0}; set ExecOptions::worker or CUDAPERF_WORKER, or serve as your own worker (EvalOptions::self_worker)")]
+    NoWorker(WorkerNotFound),
+}
 
 /// GPU execution settings; every field has a documented default.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,15 +82,21 @@ pub struct Executor {
 }
 
 /// The GPUs this process may use, as `CUDA_VISIBLE_DEVICES` entries; `Err` says why none.
-pub fn visible_gpus() -> Result<Vec<String>, String> {
+pub fn visible_gpus() -> Result<Vec<String>, GpuUnavailable> {
     if !super::driver::driver_present() {
-        return Err("no NVIDIA driver (libcuda) on this machine".into());
+        return Err(GpuUnavailable::NoDriver);
     }
-    cudarc::driver::result::init().map_err(|e| format!("cuInit failed: {e:?}"))?;
-    let count = cudarc::driver::result::device::get_count()
-        .map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    cudarc::driver::result::init().map_err(|e| GpuUnavailable::Driver {
+        call: "cuInit",
+        code: format!("{e:?}"),
+    })?;
+    let count =
+        cudarc::driver::result::device::get_count().map_err(|e| GpuUnavailable::Driver {
+            call: "cuDeviceGetCount",
+            code: format!("{e:?}"),
+        })?;
     if count <= 0 {
-        return Err("the driver reports no GPU".into());
+        return Err(GpuUnavailable::NoGpu);
     }
     let listed: Option<Vec<String>> = std::env::var("CUDA_VISIBLE_DEVICES").ok().map(|v| {
         v.split(',')
@@ -83,10 +112,10 @@ pub fn visible_gpus() -> Result<Vec<String>, String> {
 
 impl Executor {
     /// Starts nothing yet; fails with a reason when there is no GPU or no worker binary.
-    pub fn new(options: ExecOptions) -> Result<Executor, String> {
+    pub fn new(options: ExecOptions) -> Result<Executor, GpuUnavailable> {
         let gpus = visible_gpus()?;
-        let command = find_worker(options.worker.as_deref(), Role::Gpu)
-            .ok_or("GPU jobs need the `cudaperf` worker executable: set CUDAPERF_WORKER or ExecOptions::worker")?;
+        let command = locate_worker(options.worker.as_deref(), Role::Gpu)
+            .map_err(GpuUnavailable::NoWorker)?;
         let mut specs = Vec::new();
         for g in &gpus {
             for _ in 0..options.workers_per_gpu.max(1) {
@@ -100,6 +129,23 @@ impl Executor {
             options,
             gpus,
         })
+    }
+
+    /// An executor over explicit worker slots, without looking for a driver: the seam for
+    /// tests of the pool's failure paths (a `gpu` worker that cannot start, greets wrongly,
+    /// dies or hangs must be `unavailable`, never the candidate's fault) and for deployments
+    /// that start GPU workers their own way. Each spec should announce the `gpu` role;
+    /// `gpus` names the devices for [`Executor::gpus`].
+    pub fn with_workers(
+        options: ExecOptions,
+        gpus: Vec<String>,
+        specs: Vec<WorkerSpec>,
+    ) -> Executor {
+        Executor {
+            pool: Pool::new(specs),
+            options,
+            gpus,
+        }
     }
 
     /// The options.

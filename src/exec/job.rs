@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::candidate::{Candidate, PlanLimits, ResolvedPlan};
+use crate::candidate::{Candidate, ResolvedPlan};
 use crate::compile::CompiledModule;
 use crate::task::{DType, Direction, Distribution, Param, Task, Tolerance};
 
@@ -217,18 +217,31 @@ impl JobModule {
     }
 }
 
+/// One side of a job: a candidate after its ABI check, its module, and its plan resolved
+/// for each config of [`JobParts::configs`] (by the pipeline, once).
+#[derive(Debug, Clone, Copy)]
+pub struct JobSide<'a> {
+    /// The parsed candidate.
+    pub candidate: &'a Candidate,
+    /// Its compiled module.
+    pub module: &'a CompiledModule,
+    /// Its plan for each entry of `configs`, in order.
+    pub plans: &'a [ResolvedPlan],
+}
+
 /// Inputs to [`ExecJob::build`].
 pub struct JobParts<'a> {
     /// The task.
     pub task: &'a Task,
     /// Configs to check (indices into `task.configs`).
     pub configs: &'a [usize],
-    /// The reference after its ABI check.
-    pub reference: (&'a Candidate, &'a CompiledModule),
-    /// The candidates after their ABI checks: the members of a group, or one.
-    pub candidates: &'a [(&'a Candidate, &'a CompiledModule)],
-    /// Plan limits.
-    pub limits: &'a PlanLimits,
+    /// The reference.
+    pub reference: JobSide<'a>,
+    /// The candidates: the members of a group, or one.
+    pub candidates: &'a [JobSide<'a>],
+    /// Index into `configs` of the config to time (the pipeline's one rule:
+    /// `pipeline::timing_config`, also used for static occupancy).
+    pub timing_config: usize,
     /// Input seed.
     pub seed: u64,
     /// Timing, if wanted.
@@ -272,8 +285,29 @@ impl ExecJob {
             }
         }
         let mut configs = Vec::new();
-        let mut timing_config = 0;
-        let mut largest = 0u64;
+        let timing_config = p.timing_config;
+        if timing_config >= p.configs.len().max(1) || p.reference.plans.len() != p.configs.len() {
+            return Err(BuildError::Reference(format!(
+                "{} configs, {} reference plans, timed config {timing_config}: they must match",
+                p.configs.len(),
+                p.reference.plans.len(),
+            )));
+        }
+        if let Some((member, side)) = p
+            .candidates
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.plans.len() != p.configs.len())
+        {
+            return Err(BuildError::Candidate {
+                member,
+                reason: format!(
+                    "{} plans for {} configs: the pipeline must resolve one per config",
+                    side.plans.len(),
+                    p.configs.len()
+                ),
+            });
+        }
         for (k, &ci) in p.configs.iter().enumerate() {
             let cfg = task
                 .configs
@@ -281,19 +315,10 @@ impl ExecJob {
                 .ok_or_else(|| BuildError::Reference(format!("config index {ci} out of range")))?;
             let lens: Vec<u64> = task
                 .buffer_lens(cfg)
-                .map_err(BuildError::Reference)?
+                .map_err(|e| BuildError::Reference(e.to_string()))?
                 .iter()
                 .map(|b| b.2)
                 .collect();
-            let bytes: u64 = lens
-                .iter()
-                .zip(&buffers)
-                .map(|(n, b)| n * b.dtype.size_bytes())
-                .sum();
-            if bytes > largest {
-                largest = bytes;
-                timing_config = k;
-            }
             let mut scalars = Vec::new();
             for param in &task.params {
                 scalars.push(match param {
@@ -331,30 +356,13 @@ impl ExecJob {
                     None
                 });
             }
-            let reference = p
-                .reference
-                .0
-                .resolve(task, cfg, p.limits)
-                .map_err(|e| BuildError::Reference(format!("reference plan: {e}")))?;
-            let candidates = p
-                .candidates
-                .iter()
-                .enumerate()
-                .map(|(member, (c, _))| {
-                    c.resolve(task, cfg, p.limits)
-                        .map_err(|e| BuildError::Candidate {
-                            member,
-                            reason: e.to_string(),
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
             configs.push(JobConfig {
                 name: cfg.name.clone(),
                 lens,
                 scalars,
                 fills,
-                reference,
-                candidates,
+                reference: p.reference.plans[k].clone(),
+                candidates: p.candidates.iter().map(|s| s.plans[k].clone()).collect(),
             });
         }
         let flops = match (&task.flops, p.configs.get(timing_config)) {
@@ -369,11 +377,11 @@ impl ExecJob {
             buffers,
             params,
             configs,
-            reference: JobModule::new(p.reference.0, p.reference.1),
+            reference: JobModule::new(p.reference.candidate, p.reference.module),
             candidates: p
                 .candidates
                 .iter()
-                .map(|(c, m)| JobModule::new(c, m))
+                .map(|s| JobModule::new(s.candidate, s.module))
                 .collect(),
             tolerance: task.tolerance,
             seed: p.seed,

@@ -22,10 +22,11 @@ pub mod timing;
 mod values;
 
 pub use driver::CudaError;
-pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor};
+pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor, GpuUnavailable};
 pub use harness::GpuHandler;
 pub use job::{
-    BuildError, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, TimingOptions,
+    BuildError, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, JobSide,
+    TimingOptions,
 };
 pub use report::*;
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply};

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::{syntax_ngram_names, syntax_ngrams, Pair, RankerError, RankingData, Result, Sample};
-use crate::analysis::{analyze, Features, FEATURE_NAMES};
+use super::{syntax_ngram_names, syntax_ngrams_of, Pair, RankerError, RankingData, Result, Sample};
+use crate::analysis::{analyze, analyze_tree, Features, SourceTree, FEATURE_NAMES};
 use crate::dataset::Dataset;
 use crate::timings::Timings;
 
@@ -25,18 +25,31 @@ pub fn ngram_buckets(names: &[String]) -> usize {
         .count()
 }
 
-/// The feature vector of a CUDA source for a model with these feature names.
+/// The feature vector of a CUDA source for a model with these feature names (one parse for
+/// the structural features and the n-grams).
 pub fn features_for(source: &str, names: &[String]) -> Result<Vec<f32>> {
-    features_from(&analyze(source.as_bytes()), source, names)
+    match SourceTree::parse(source.as_bytes()) {
+        Ok(tree) => features_from(&analyze_tree(&tree), Some(&tree), names),
+        // Over the size cap or no tree: the analysis' own fallback (truncated or empty).
+        Err(_) => features_from(&analyze(source.as_bytes()), None, names),
+    }
 }
 
-/// The same from features already computed for `source` (the evaluator's structure stage),
-/// so the source is not analysed twice.
-pub fn features_from(features: &Features, source: &str, names: &[String]) -> Result<Vec<f32>> {
+/// The same from features already computed for the parsed `source` (the pipeline's
+/// structure stage), so the source is neither parsed nor analysed again. `source` is only
+/// read for n-grams; without it they are zeros.
+pub fn features_from(
+    features: &Features,
+    source: Option<&SourceTree>,
+    names: &[String],
+) -> Result<Vec<f32>> {
     let buckets = ngram_buckets(names);
     let mut v = features.to_vector();
     if buckets > 0 {
-        v.extend(syntax_ngrams(source.as_bytes(), buckets)?);
+        v.extend(match source {
+            Some(tree) => syntax_ngrams_of(tree, buckets),
+            None => vec![0.0; buckets],
+        });
     }
     if v.len() != names.len() {
         return Err(RankerError::FeatureMismatch {

@@ -4,7 +4,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
-use burn::tensor::Device;
+use burn::store::ModuleRecord;
+use burn::tensor::{Bytes, Device};
 use serde::{Deserialize, Serialize};
 
 use super::config::RankerConfig;
@@ -125,73 +126,130 @@ impl TrainedRanker {
             path: meta_path.clone(),
             source,
         })?;
-        let meta: Metadata = serde_json::from_str(&text).map_err(|source| RankerError::Json {
-            path: meta_path.clone(),
-            source,
-        })?;
-        let invalid = |reason: String| RankerError::InvalidModel {
-            path: meta_path.clone(),
-            reason,
+        let meta = parse_metadata(&text, &meta_path)?;
+        let weights_path = dir.join(&meta.weights_file);
+        let bytes = match fs::read(&weights_path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(RankerError::InvalidModel {
+                    path: weights_path,
+                    reason: "the weights file is missing".into(),
+                })
+            }
+            Err(source) => {
+                return Err(RankerError::Io {
+                    action: "read",
+                    path: weights_path,
+                    source,
+                })
+            }
         };
-        if meta.format != MODEL_FORMAT {
-            return Err(invalid(format!(
-                "`format` is `{}`, expected `{MODEL_FORMAT}`",
-                meta.format
-            )));
-        }
-        if meta.format_version != MODEL_FORMAT_VERSION {
-            return Err(invalid(format!(
-                "`format_version` is {}, this version of cudaperf reads {MODEL_FORMAT_VERSION}",
-                meta.format_version
-            )));
-        }
-        let dim = meta.feature_names.len();
-        if dim == 0 {
-            return Err(invalid("`feature_names` is empty".into()));
-        }
-        if meta.normalizer.dim() != dim || !meta.normalizer.is_valid() {
-            return Err(invalid(format!(
-                "`normalizer` must hold {dim} finite means and {dim} finite positive deviations \
-                 (one per feature name)"
-            )));
-        }
-        let dims = layer_dims(dim, &meta.config.hidden);
-        if meta.layer_dims != dims {
-            return Err(invalid(format!(
-                "`layer_dims` is {:?}, but {dim} features and `config.hidden` {:?} give {dims:?}",
-                meta.layer_dims, meta.config.hidden
-            )));
-        }
-        meta.config
-            .validate()
-            .map_err(|e| invalid(format!("`config`: {e}")))?;
+        from_parts(meta, &bytes, &weights_path)
+    }
 
-        let weights = read_weights(&dir.join(&meta.weights_file), &dims)?;
-        Ok(TrainedRanker {
-            feature_names: meta.feature_names,
-            normalizer: meta.normalizer,
-            weights,
-            config: meta.config,
-            summary: meta.training,
-        })
+    /// Loads a model from the contents of its two files (`ranker.json` and the weights),
+    /// e.g. a model embedded in a binary with `include_bytes!`. `origin` names it in errors.
+    pub fn from_bytes(metadata_json: &str, weights: &[u8], origin: &str) -> Result<Self> {
+        let meta_path = Path::new(origin).join(METADATA_FILE);
+        let meta = parse_metadata(metadata_json, &meta_path)?;
+        let weights_path = Path::new(origin).join(&meta.weights_file);
+        from_parts(meta, weights, &weights_path)
+    }
+
+    /// The model shipped with the crate (`fixtures/models/ranker`, trained on the H200 timings
+    /// of the dataset), embedded in the library: it needs no file at run time.
+    pub fn shipped() -> Result<Self> {
+        Self::from_bytes(SHIPPED_METADATA, SHIPPED_WEIGHTS, SHIPPED_ORIGIN)
     }
 }
 
-/// Reads the burnpack weights into a module of the expected shape and checks them.
-fn read_weights(path: &Path, dims: &[usize]) -> Result<MlpWeights> {
-    let path: PathBuf = path.to_path_buf();
-    if !path.is_file() {
-        return Err(RankerError::InvalidModel {
-            path,
-            reason: "the weights file is missing".into(),
-        });
+/// `ranker.json` of the shipped model.
+const SHIPPED_METADATA: &str = include_str!("../../fixtures/models/ranker/ranker.json");
+/// `weights.bpk` of the shipped model.
+const SHIPPED_WEIGHTS: &[u8] = include_bytes!("../../fixtures/models/ranker/weights.bpk");
+/// How the shipped model is named in reports and errors.
+pub const SHIPPED_ORIGIN: &str = "<shipped ranker>";
+
+fn parse_metadata(text: &str, meta_path: &Path) -> Result<Metadata> {
+    let meta: Metadata = serde_json::from_str(text).map_err(|source| RankerError::Json {
+        path: meta_path.to_path_buf(),
+        source,
+    })?;
+    let invalid = |reason: String| RankerError::InvalidModel {
+        path: meta_path.to_path_buf(),
+        reason,
+    };
+    if meta.format != MODEL_FORMAT {
+        return Err(invalid(format!(
+            "`format` is `{}`, expected `{MODEL_FORMAT}`",
+            meta.format
+        )));
     }
+    if meta.format_version != MODEL_FORMAT_VERSION {
+        return Err(invalid(format!(
+            "`format_version` is {}, this version of cudaperf reads {MODEL_FORMAT_VERSION}",
+            meta.format_version
+        )));
+    }
+    let dim = meta.feature_names.len();
+    if dim == 0 {
+        return Err(invalid("`feature_names` is empty".into()));
+    }
+    if meta.normalizer.dim() != dim || !meta.normalizer.is_valid() {
+        return Err(invalid(format!(
+            "`normalizer` must hold {dim} finite means and {dim} finite positive deviations \
+             (one per feature name)"
+        )));
+    }
+    let dims = layer_dims(dim, &meta.config.hidden);
+    if meta.layer_dims != dims {
+        return Err(invalid(format!(
+            "`layer_dims` is {:?}, but {dim} features and `config.hidden` {:?} give {dims:?}",
+            meta.layer_dims, meta.config.hidden
+        )));
+    }
+    meta.config
+        .validate()
+        .map_err(|e| invalid(format!("`config`: {e}")))?;
+    if meta.weights_file.is_empty()
+        || Path::new(&meta.weights_file).components().count() != 1
+        || meta.weights_file.starts_with('.')
+    {
+        return Err(invalid(format!(
+            "`weights_file` `{}` must be a plain file name inside the model folder",
+            meta.weights_file
+        )));
+    }
+    Ok(meta)
+}
+
+fn from_parts(meta: Metadata, weights: &[u8], weights_path: &Path) -> Result<TrainedRanker> {
+    let dims = layer_dims(meta.feature_names.len(), &meta.config.hidden);
+    let weights = read_weights(weights, weights_path, &dims)?;
+    Ok(TrainedRanker {
+        feature_names: meta.feature_names,
+        normalizer: meta.normalizer,
+        weights,
+        config: meta.config,
+        summary: meta.training,
+    })
+}
+
+/// Reads burnpack weights into a module of the expected shape and checks them.
+fn read_weights(bytes: &[u8], path: &Path, dims: &[usize]) -> Result<MlpWeights> {
+    let path: PathBuf = path.to_path_buf();
     let device = Device::default();
+    let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(bytes.to_vec())).map_err(|e| {
+        RankerError::Record {
+            path: path.clone(),
+            message: e.to_string(),
+        }
+    })?;
     // Zero skeleton of the right shape: the record replaces every tensor, and burn's
     // validation rejects missing, unused or mis-shaped tensors.
     let skeleton = MlpWeights::zeros(dims).to_module(&device);
     let net = skeleton
-        .try_load_file(&path)
+        .try_load_record(record)
         .map_err(|e| RankerError::Record {
             path: path.clone(),
             message: e.to_string(),

@@ -41,6 +41,7 @@ mod io;
 mod model;
 mod ngrams;
 mod normalize;
+#[cfg(feature = "cli")]
 mod plot;
 mod rng;
 pub mod synthetic;
@@ -55,10 +56,11 @@ pub use eval::{
     AccuracyBreakdown, CvReport, FoldReport, PairAccuracy, CLEAR_PAIR_LOG_RATIO,
 };
 pub use from_dataset::{feature_names, features_for, features_from, ngram_buckets, ranking_data};
-pub use io::{METADATA_FILE, MODEL_FORMAT, MODEL_FORMAT_VERSION, WEIGHTS_FILE};
+pub use io::{METADATA_FILE, MODEL_FORMAT, MODEL_FORMAT_VERSION, SHIPPED_ORIGIN, WEIGHTS_FILE};
 pub use model::{DenseLayer, MlpWeights, ScorerNet};
-pub use ngrams::{syntax_ngram_names, syntax_ngrams};
+pub use ngrams::{syntax_ngram_names, syntax_ngrams, syntax_ngrams_of};
 pub use normalize::Normalizer;
+#[cfg(feature = "cli")]
 pub use plot::plot_history;
 pub use train::{train, train_on, EpochStats, TrainingHistory};
 pub use trained::{ranker_reward_value, sigmoid, TrainedRanker, TrainingSummary};

@@ -7,7 +7,9 @@
 //! grammar's numeric kind ids) into `buckets` counters, and the vector is divided by its sum,
 //! so it describes the mix of constructs independent of the kernel's length.
 
-use tree_sitter::{Node, Parser};
+use tree_sitter::{Node, Parser, Tree};
+
+use crate::analysis::SourceTree;
 
 use super::error::{RankerError, Result};
 
@@ -33,9 +35,8 @@ pub fn syntax_ngram_names(buckets: usize) -> Vec<String> {
 /// # Ok(()) }
 /// ```
 pub fn syntax_ngrams(source: &[u8], buckets: usize) -> Result<Vec<f32>> {
-    let mut counts = vec![0f64; buckets];
     if buckets == 0 || source.is_empty() {
-        return Ok(counts.into_iter().map(|c| c as f32).collect());
+        return Ok(vec![0.0; buckets]);
     }
     let mut parser = Parser::new();
     parser
@@ -48,7 +49,19 @@ pub fn syntax_ngrams(source: &[u8], buckets: usize) -> Result<Vec<f32>> {
         .ok_or_else(|| RankerError::Syntax {
             reason: "tree-sitter returned no tree".into(),
         })?;
+    Ok(ngrams_of_tree(&tree, buckets))
+}
 
+/// [`syntax_ngrams`] of a source the pipeline already parsed (no second parse).
+pub fn syntax_ngrams_of(source: &SourceTree, buckets: usize) -> Vec<f32> {
+    if buckets == 0 || source.text().is_empty() {
+        return vec![0.0; buckets];
+    }
+    ngrams_of_tree(source.tree(), buckets)
+}
+
+fn ngrams_of_tree(tree: &Tree, buckets: usize) -> Vec<f32> {
+    let mut counts = vec![0f64; buckets];
     // Iterative walk (no recursion: deeply nested generated code cannot overflow the stack),
     // carrying the hashes of the parent and grandparent kinds.
     let mut stack: Vec<(Node, Option<u64>, Option<u64>)> = vec![(tree.root_node(), None, None)];
@@ -73,7 +86,7 @@ pub fn syntax_ngrams(source: &[u8], buckets: usize) -> Result<Vec<f32>> {
             *c /= total;
         }
     }
-    Ok(counts.into_iter().map(|c| c as f32).collect())
+    counts.into_iter().map(|c| c as f32).collect()
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

@@ -13,58 +13,60 @@
 //! ```
 
 mod combinators;
-mod evaluator;
 pub mod presets;
-mod report;
+mod ranker_stage;
 mod stages;
 mod structure;
 
 pub use combinators::{Clip, Gate, Map, Staged, Weighted};
-pub use evaluator::{Context, EvalOptions, Evaluation, Evaluator, Submission, Verdict};
-pub use report::{ExtractStage, RankerStage, RewardReport, Stages, StructureStage, Term};
-mod ranker_stage;
 pub use ranker_stage::RankerReward;
 pub use stages::{
     CompileReward, CorrectReward, OutcomeLadder, PassRateReward, SpeedupReward, SyntaxReward,
 };
-pub use structure::{features_of, static_occupancy, LaunchOccupancy, StructuralReward};
+pub use structure::{features_of, StructuralReward};
 
+// The pipeline and its report, where trainers have always found them.
+pub use crate::pipeline::report::{
+    CompileStage, CompileStatus, CorrectnessStage, ExecuteStage, ExtractErrorKind, ExtractStage,
+    LaunchOccupancy, RankerStage, RewardReport, Stages, StructureStage, SyntaxStage, Term,
+    TimingStage,
+};
+pub use crate::pipeline::{
+    static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Stage, Submission, Verdict,
+};
+
+use crate::task::Task;
 use serde::{Deserialize, Serialize};
 
-/// Pipeline stages, cheapest first. The ranker needs only the structure stage, so it runs
-/// before the GPU stages and a ranker-only reward never needs a GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    /// Code block, launch plan, ABI.
-    Extract,
-    /// tree-sitter parse.
-    Syntax,
-    /// NVRTC.
-    Compile,
-    /// Structural features.
-    Structure,
-    /// Learned ranker.
-    Ranker,
-    /// GPU run and correctness.
-    Correctness,
-    /// Speedup measurement.
-    Timing,
+/// What a reward sees besides the submission.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    /// The task being solved.
+    pub task: &'a Task,
+    /// Training step (for curricula such as [`Staged`]).
+    pub step: u64,
+    /// The shared pipeline.
+    pub evaluator: &'a Evaluator,
 }
 
-impl Stage {
-    /// The stage after this one.
-    pub fn next(self) -> Option<Stage> {
-        use Stage::*;
-        match self {
-            Extract => Some(Syntax),
-            Syntax => Some(Compile),
-            Compile => Some(Structure),
-            Structure => Some(Ranker),
-            Ranker => Some(Correctness),
-            Correctness => Some(Timing),
-            Timing => None,
+impl<'a> Context<'a> {
+    /// A context at step 0.
+    pub fn new(task: &'a Task, evaluator: &'a Evaluator) -> Context<'a> {
+        Context {
+            task,
+            step: 0,
+            evaluator,
         }
+    }
+
+    /// The same context at another training step.
+    pub fn at_step(self, step: u64) -> Context<'a> {
+        Context { step, ..self }
+    }
+
+    /// Evaluates a submission up to `upto` (memoised).
+    pub fn evaluate(&self, sub: &Submission, upto: Stage) -> Evaluation {
+        self.evaluator.evaluate(self.task, sub, upto)
     }
 }
 
@@ -81,9 +83,10 @@ pub struct Scored {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum RewardError {
-    /// A stage the reward needs cannot run here (no GPU, no NVRTC, no ranker model).
-    /// Rewards never make up a number; the partial report says how far it got.
-    #[error("{reward}: stage `{stage:?}` is unavailable: {reason}")]
+    /// A stage the reward needs cannot run here (no GPU, no NVRTC, no usable worker, an
+    /// unreadable model). Rewards never make up a number; the partial report (its `verdict`
+    /// is `unavailable` or `reference_failed`) says how far it got. `Display` is one line.
+    #[error("{reward}: stage `{stage:?}` is unavailable: {}", one_line(.reason))]
     Unavailable {
         /// The reward.
         reward: String,
@@ -94,6 +97,26 @@ pub enum RewardError {
         /// What was evaluated before it.
         report: Box<RewardReport>,
     },
+}
+
+impl RewardError {
+    /// The partial report: every stage that ran before the one that was unavailable.
+    pub fn report(&self) -> &RewardReport {
+        match self {
+            RewardError::Unavailable { report, .. } => report,
+        }
+    }
+}
+
+/// The first line of `text`, at most 300 characters, for one-line messages.
+fn one_line(text: &str) -> String {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("");
+    let mut out: String = first.chars().take(300).collect();
+    if out.len() < first.len() || lines.next().is_some() {
+        out.push_str(" …");
+    }
+    out
 }
 
 /// Result alias for rewards.
@@ -137,8 +160,10 @@ pub trait Reward: Send + Sync {
         self.score_evaluated(ctx, &eval)
     }
 
-    /// Scores a GRPO group; stages run in parallel through the evaluator's pools.
-    fn score_batch(&self, ctx: &Context, subs: &[Submission]) -> Result<Vec<Scored>> {
+    /// Scores a GRPO group; stages run in parallel through the evaluator's pools. One
+    /// result per submission, in order: a submission whose stage is unavailable does not
+    /// take its group down with it.
+    fn score_batch(&self, ctx: &Context, subs: &[Submission]) -> Vec<Result<Scored>> {
         let evals = ctx
             .evaluator
             .evaluate_batch(ctx.task, subs, self.needs(ctx));
@@ -153,6 +178,7 @@ pub trait Reward: Send + Sync {
             report: RewardReport {
                 value,
                 reward: self.name(),
+                verdict: eval.verdict_at(self.needs(ctx)),
                 terms: self.terms(ctx, eval),
                 stages: eval.stages.clone(),
             },
@@ -197,6 +223,10 @@ pub(crate) fn unavailable(
     reason: impl Into<String>,
     eval: &Evaluation,
 ) -> RewardError {
+    let verdict = match Verdict::of(&eval.stages, stage) {
+        v @ (Verdict::Unavailable | Verdict::ReferenceFailed) => v,
+        _ => Verdict::Unavailable,
+    };
     RewardError::Unavailable {
         reward: reward.name(),
         stage,
@@ -204,6 +234,7 @@ pub(crate) fn unavailable(
         report: Box::new(RewardReport {
             value: f64::NAN,
             reward: reward.name(),
+            verdict,
             terms: Vec::new(),
             stages: eval.stages.clone(),
         }),

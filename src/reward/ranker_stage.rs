@@ -1,21 +1,13 @@
 //! [`RankerReward`]: the learned pairwise ranker as a reward.
 
-use std::path::PathBuf;
-
 use super::{unavailable, Context, Evaluation, Result, Reward, Stage};
 
 /// `2σ(s(candidate) − s(reference)) − 1` in [-1, 1]: the ranker's confidence that the
-/// candidate is faster than the task's reference (0 = no preference). Needs a model in the
-/// evaluator (`EvalOptions::ranker_model` or `Evaluator::with_ranker`); the crate ships one
-/// in `fixtures/models/ranker`. No GPU needed.
+/// candidate is faster than the task's reference (0 = no preference). The evaluator's model
+/// is the one embedded in the library unless `EvalOptions::ranker_model`,
+/// `$CUDAPERF_RANKER_MODEL` or `Evaluator::with_ranker` name another; an unreadable model
+/// makes this reward unavailable, never a number. No GPU needed.
 pub struct RankerReward;
-
-impl RankerReward {
-    /// The model folder shipped with the crate source.
-    pub fn shipped_model_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/models/ranker")
-    }
-}
 
 impl Reward for RankerReward {
     fn name(&self) -> String {

@@ -1,6 +1,6 @@
 //! Each pipeline stage as a reward of its own.
 
-use super::{unavailable, Context, Evaluation, Result, Reward, Stage};
+use super::{unavailable, CompileStatus, Context, Evaluation, Result, Reward, Stage};
 
 /// 1 / (1 + syntax problems) when a code block exists, else 0. Range [0, 1].
 pub struct SyntaxReward;
@@ -32,7 +32,7 @@ impl Reward for CompileReward {
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
         match &eval.stages.compile {
-            Some(c) if c.status == "unavailable" => Err(unavailable(
+            Some(c) if c.status == CompileStatus::Unavailable => Err(unavailable(
                 self,
                 Stage::Compile,
                 c.reason.clone().unwrap_or_default(),
@@ -55,7 +55,7 @@ pub(crate) enum Progress {
 /// Reads the execute/correctness stages; `Err` when they could not run here.
 pub(crate) fn progress(reward: &dyn Reward, eval: &Evaluation) -> Result<Progress> {
     if let Some(c) = &eval.stages.compile {
-        if c.status == "unavailable" {
+        if c.status == CompileStatus::Unavailable {
             return Err(unavailable(
                 reward,
                 Stage::Compile,
@@ -247,9 +247,9 @@ impl Reward for OutcomeLadder {
             return Ok(syntax_floor());
         }
         if let Some(c) = &eval.stages.compile {
-            if !c.ok && c.status != "unavailable" {
+            if !c.ok && c.status != CompileStatus::Unavailable {
                 let syntax_clean = eval.stages.syntax.as_ref().is_none_or(|s| s.ok);
-                return Ok(if c.status == "error" && !syntax_clean {
+                return Ok(if c.status == CompileStatus::Error && !syntax_clean {
                     syntax_floor()
                 } else {
                     -0.75

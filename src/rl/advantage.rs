@@ -501,6 +501,7 @@ mod tests {
         RewardReport {
             value,
             reward: "cudaperf".into(),
+            verdict: crate::reward::Verdict::Correct,
             terms: vec![
                 Term {
                     name: "outcome".into(),

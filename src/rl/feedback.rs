@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::{AccessClass, AccessKind, Features, Span};
 use crate::exec::{ConfigCheck, ExecStatus, TimingStage};
+use crate::pipeline::CompileStatus;
 use crate::reward::{RewardReport, Stages, Verdict};
 use crate::task::Task;
 
@@ -231,7 +232,7 @@ fn verdict_of(s: &Stages) -> Verdict {
         return Verdict::ExtractError;
     }
     match &s.compile {
-        Some(c) if c.status == "unavailable" => return Verdict::Unavailable,
+        Some(c) if c.status == CompileStatus::Unavailable => return Verdict::Unavailable,
         Some(c) if !c.ok => return Verdict::CompileError,
         None => return Verdict::Unavailable,
         _ => {}
@@ -470,7 +471,7 @@ pub fn feedback(
             };
             format!("Correct on all {n} configurations; {speed}.{reward}")
         }
-        Verdict::Unavailable => {
+        Verdict::Unavailable | Verdict::Extracted | Verdict::Compiled => {
             let compiled = s.compile.as_ref().is_some_and(|c| c.ok);
             if compiled {
                 format!("Compiles; correctness and speed were not measured.{reward}")
@@ -544,7 +545,11 @@ pub fn feedback(
                 format!("correctness and speed need a GPU: {reason}"),
                 0,
             );
-        } else if let Some(c) = s.compile.as_ref().filter(|c| c.status == "unavailable") {
+        } else if let Some(c) = s
+            .compile
+            .as_ref()
+            .filter(|c| c.status == CompileStatus::Unavailable)
+        {
             push(
                 Importance::Note,
                 "not_measured",
@@ -740,12 +745,9 @@ fn structural_items(
     span_text: &dyn Fn(&Span) -> Option<String>,
 ) -> Vec<(&'static str, Option<u32>, String, u32)> {
     let mut out: Vec<(&'static str, Option<u32>, String, u32)> = Vec::new();
-    let features: Option<Features> = s
-        .structure
-        .as_ref()
-        .and_then(|st| Features::deserialize(&st.features).ok());
+    let features: Option<&Features> = s.structure.as_ref().map(|st| &st.features);
     let line = |sp: &Span| (sp.line > 0).then_some(sp.line);
-    if let Some(f) = &features {
+    if let Some(f) = features {
         let mut divergent_branches = 0;
         for k in &f.kernels {
             // Accesses on one line with the same reason become one item.

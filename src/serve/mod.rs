@@ -228,7 +228,10 @@ async fn serve_until(
     let metrics = Arc::new(Metrics::new());
     let backend = match &config.queue {
         None => Backend::Local(LocalPool::new(
-            Arc::new(Evaluator::new(config.eval.clone())),
+            Arc::new(
+                Evaluator::new(config.eval.clone())
+                    .map_err(|e| ServeError::Config(format!("the pipeline: {e}")))?,
+            ),
             config.workers,
             config.limits.queue_len,
             Arc::clone(&metrics),

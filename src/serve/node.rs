@@ -66,7 +66,10 @@ pub fn run_node(cfg: NodeConfig) -> Result<(), ServeError> {
 pub async fn node_main(cfg: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<(), ServeError> {
     let client = cfg.queue.client()?;
     let tasks = Arc::new(TaskStore::load(cfg.tasks_dir.as_deref())?);
-    let evaluator = Arc::new(Evaluator::new(cfg.eval.clone()));
+    let evaluator = Arc::new(
+        Evaluator::new(cfg.eval.clone())
+            .map_err(|e| ServeError::Config(format!("the pipeline: {e}")))?,
+    );
     let name = cfg
         .name
         .clone()

@@ -52,21 +52,14 @@ pub fn ms_until(deadline_unix_ms: u64) -> u64 {
     deadline_unix_ms.saturating_sub(unix_ms())
 }
 
-/// Scores a group: one result per submission, in the order given.
-///
-/// Today [`Reward::score_batch`] fails the whole batch when one item's stage cannot run
-/// (`RewardError::Unavailable`); the items are then scored one by one, which reuses the
-/// evaluator's memo (no stage runs twice), so every item gets its own result. When
-/// `score_batch` returns one result per item, this body becomes that call.
+/// Scores a group: one result per submission, in the order given (the GPU stages of the
+/// group run as shared jobs, see [`Reward::score_batch`]).
 pub fn score_group(
     reward: &dyn Reward,
     ctx: &Context,
     subs: &[Submission],
 ) -> Vec<crate::reward::Result<Scored>> {
-    match reward.score_batch(ctx, subs) {
-        Ok(all) => all.into_iter().map(Ok).collect(),
-        Err(_) => subs.iter().map(|s| reward.score(ctx, s)).collect(),
-    }
+    reward.score_batch(ctx, subs)
 }
 
 /// The result of a completion that was not scored before the deadline.
@@ -236,7 +229,7 @@ pub fn verdict_of(stages: &Stages, needs: Stage) -> (&'static str, Option<String
     }
     match &stages.compile {
         None => return ("extracted", None),
-        Some(c) if c.status == "unavailable" => {
+        Some(c) if c.status == crate::pipeline::CompileStatus::Unavailable => {
             return (Verdict::Unavailable.as_str(), c.reason.clone())
         }
         Some(c) if !c.ok => {

@@ -1,0 +1,448 @@
+//! The [`Evaluator`]: options, the memo of evaluations, batching, and the loop that runs
+//! the stages in order, each at most once per submission.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use crate::analysis::{AnalysisError, DeviceSpec, Features, SourceTree, DEVICES};
+use crate::candidate::{Candidate, PlanLimits};
+use crate::compile::{CompileOptions, CompiledModule, Compiler};
+use crate::exec::{ExecOptions, Executor};
+use crate::ranker::TrainedRanker;
+use crate::task::Task;
+
+use super::error::{EvalError, NoExecutor};
+use super::extract::{self, Plan, Submission};
+use super::gpu::{GpuMember, GpuState};
+use super::ranker::RankerState;
+use super::report::Stages;
+use super::{compile, structure, syntax, Stage, Verdict};
+
+/// Settings of the pipeline; every field has a documented default.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EvalOptions {
+    /// Compile stage settings (default: `sm_90`, sandboxed workers, memory-only cache).
+    pub compile: CompileOptions,
+    /// Launch plan limits.
+    pub plan_limits: PlanLimits,
+    /// GPU execution settings.
+    pub exec: ExecOptions,
+    /// Skip the GPU stages even when a GPU is present (they report `Unavailable`).
+    /// Default false.
+    pub no_gpu: bool,
+    /// Device for static occupancy (a name in `analysis::DEVICES`; default H200).
+    pub occupancy_device: Option<String>,
+    /// Ranker model folder for the ranker stage (default: `$CUDAPERF_RANKER_MODEL` if set,
+    /// else the model embedded in the library, see [`TrainedRanker::shipped`]).
+    pub ranker_model: Option<PathBuf>,
+}
+
+impl EvalOptions {
+    /// Default options whose sandbox workers are this very program: the pools start
+    /// `<current exe> __cudaperf_worker <role>`, so the program must call
+    /// [`crate::worker::run_if_requested`] first thing in `main`. A trainer then needs no
+    /// `cudaperf` binary beside it.
+    ///
+    /// ```no_run
+    /// use cudaperf::reward::{EvalOptions, Evaluator};
+    /// fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ///     cudaperf::worker::run_if_requested(); // returns at once unless started as a worker
+    ///     let evaluator = Evaluator::new(EvalOptions::self_worker()?)?;
+    ///     // ... score with it ...
+    ///     # let _ = evaluator;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn self_worker() -> Result<EvalOptions, EvalError> {
+        let exe = std::env::current_exe().map_err(EvalError::CurrentExe)?;
+        let mut o = EvalOptions::default();
+        o.compile.worker = Some(exe.clone());
+        o.exec.worker = Some(exe);
+        Ok(o)
+    }
+}
+
+/// The stages a submission has been through so far.
+#[derive(Debug, Clone, Default)]
+pub struct Evaluation {
+    /// Report form of every stage run so far.
+    pub stages: Stages,
+    /// The candidate after the ABI check.
+    pub candidate: Option<Candidate>,
+    /// The compiled module.
+    pub module: Option<CompiledModule>,
+    /// Structural features (after the structure stage).
+    pub features: Option<Features>,
+    /// The launch plan evaluated for the checked configurations (after extraction).
+    pub plan: Option<Plan>,
+    /// The one parse of the code, shared by the syntax, structure and ranker stages.
+    tree: Option<Arc<SourceTree>>,
+    reached: Option<Stage>,
+    timed: bool,
+}
+
+impl Evaluation {
+    /// The furthest stage evaluated.
+    pub fn reached(&self) -> Option<Stage> {
+        self.reached
+    }
+
+    /// The verdict of every stage run so far.
+    pub fn verdict(&self) -> Verdict {
+        Verdict::of(&self.stages, self.reached.unwrap_or(Stage::Extract))
+    }
+
+    /// The verdict of the stages up to `upto` (what a reward that needs `upto` read).
+    pub fn verdict_at(&self, upto: Stage) -> Verdict {
+        Verdict::of(&self.stages, upto)
+    }
+
+    /// The syntax tree of the code, once the syntax stage has run.
+    pub fn tree(&self) -> Option<&SourceTree> {
+        self.tree.as_deref()
+    }
+}
+
+/// Runs and remembers stages. Share one per trainer (it holds the compile cache, the worker
+/// pools and the ranker).
+pub struct Evaluator {
+    options: EvalOptions,
+    configs: Mutex<HashMap<String, Vec<usize>>>,
+    compiler: Compiler,
+    memo: Mutex<HashMap<String, Arc<Mutex<Evaluation>>>>,
+    gpu: GpuState,
+    ranker: RankerState,
+    spec: &'static DeviceSpec,
+}
+
+/// Submissions remembered before the memo is cleared (about one GRPO step's worth).
+const MEMO_ENTRIES: usize = 2048;
+
+impl Evaluator {
+    /// A pipeline with these options. The compile stage's options are checked now (see
+    /// [`Compiler::new`]): no worker executable for sandboxed compiles, an architecture
+    /// NVRTC does not know or an unusable cache folder is an error, not a stage that
+    /// silently fails for every candidate. The GPU executor and the ranker model are
+    /// started and loaded on first use; when they cannot be, their stages are `unavailable`.
+    pub fn new(options: EvalOptions) -> Result<Evaluator, EvalError> {
+        let compiler = Compiler::new(options.compile.clone())?;
+        let spec = options
+            .occupancy_device
+            .as_deref()
+            .and_then(DeviceSpec::by_name)
+            .unwrap_or(&DEVICES[0]);
+        Ok(Evaluator {
+            configs: Mutex::new(HashMap::new()),
+            compiler,
+            memo: Mutex::new(HashMap::new()),
+            gpu: GpuState::new(options.exec.clone(), options.no_gpu),
+            ranker: RankerState::new(options.ranker_model.as_ref()),
+            spec,
+            options,
+        })
+    }
+
+    /// Uses this ranker for the ranker stage (instead of `EvalOptions::ranker_model`).
+    pub fn with_ranker(self, ranker: TrainedRanker) -> Evaluator {
+        Evaluator {
+            ranker: RankerState::with_model(ranker),
+            ..self
+        }
+    }
+
+    /// Uses this executor for the GPU stages instead of starting one (see
+    /// [`Executor::with_workers`]: tests of the GPU pool's failure paths without a GPU).
+    pub fn with_executor(self, executor: Executor) -> Evaluator {
+        Evaluator {
+            gpu: self.gpu.with_executor(executor),
+            ..self
+        }
+    }
+
+    /// The GPU executor, started on first use; `Err` says why there is none.
+    pub fn executor(&self) -> Result<&Executor, NoExecutor> {
+        self.gpu.executor()
+    }
+
+    /// The ranker model, loaded on first use; `Err` says why there is none.
+    pub fn ranker(&self) -> Result<&Arc<TrainedRanker>, String> {
+        self.ranker.model()
+    }
+
+    /// The options.
+    pub fn options(&self) -> &EvalOptions {
+        &self.options
+    }
+
+    /// The compiler (shared cache).
+    pub fn compiler(&self) -> &Compiler {
+        &self.compiler
+    }
+
+    /// Indices of the configs the GPU stages check (all, or `exec.max_configs` spread over
+    /// the list).
+    pub fn config_indices(&self, task: &Task) -> Vec<usize> {
+        let mut cache = self.configs.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .entry(task.id.clone())
+            .or_insert_with(|| extract::select_configs(task, self.options.exec.max_configs))
+            .clone()
+    }
+
+    /// Forgets remembered evaluations (compiled modules stay in the compile cache), so the
+    /// next call measures again.
+    pub fn clear_memo(&self) {
+        self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    fn memo_entry(&self, task: &Task, sub: &Submission) -> Arc<Mutex<Evaluation>> {
+        let mut h = Sha256::new();
+        h.update(task.id.as_bytes());
+        h.update(b"\0");
+        h.update(sub.text().as_bytes());
+        let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+        if memo.len() >= MEMO_ENTRIES {
+            memo.clear();
+        }
+        Arc::clone(memo.entry(key).or_default())
+    }
+
+    /// Evaluates `sub` for `task` up to and including `upto`; earlier results are reused.
+    pub fn evaluate(&self, task: &Task, sub: &Submission, upto: Stage) -> Evaluation {
+        let entry = self.memo_entry(task, sub);
+        let mut eval = entry.lock().unwrap_or_else(|p| p.into_inner());
+        self.advance(task, sub, &mut eval, upto);
+        eval.clone()
+    }
+
+    /// Evaluates a GRPO group, one evaluation per submission, in order: the CPU stages in
+    /// parallel (identical sources compiled once), then the GPU stages of every member as
+    /// few jobs (see [`MAX_JOB_MEMBERS`](super::MAX_JOB_MEMBERS)), sharing the reference's
+    /// runs and spread over every GPU.
+    pub fn evaluate_batch(&self, task: &Task, subs: &[Submission], upto: Stage) -> Vec<Evaluation> {
+        // Compile each distinct source once before the rest hit the cache.
+        let mut seen = std::collections::HashSet::new();
+        let firsts: Vec<Submission> = subs
+            .iter()
+            .filter(|s| seen.insert(s.code().unwrap_or(s.text())))
+            .cloned()
+            .collect();
+        let cpu = upto.min(Stage::Ranker);
+        if firsts.len() < subs.len() {
+            self.evaluate_parallel(task, &firsts, cpu);
+        }
+        let evals = self.evaluate_parallel(task, subs, cpu);
+        if upto <= Stage::Ranker {
+            return evals;
+        }
+        drop(evals);
+        // The GPU stages of the whole group at once. Entries are locked in address order,
+        // so concurrent batches cannot deadlock.
+        let per_sub: Vec<Arc<Mutex<Evaluation>>> =
+            subs.iter().map(|s| self.memo_entry(task, s)).collect();
+        let mut entries = per_sub.clone();
+        entries.sort_by_key(|e| Arc::as_ptr(e) as usize);
+        entries.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        let mut guards: Vec<_> = entries
+            .iter()
+            .map(|e| e.lock().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        let with_timing = upto >= Stage::Timing;
+        {
+            let mut fresh: Vec<&mut Evaluation> = guards
+                .iter_mut()
+                .filter(|g| g.reached == Some(Stage::Ranker))
+                .map(|g| &mut **g)
+                .collect();
+            if !fresh.is_empty() {
+                self.run_gpu_group(task, &mut fresh, with_timing);
+                for e in fresh {
+                    e.reached = Some(if with_timing {
+                        Stage::Timing
+                    } else {
+                        Stage::Correctness
+                    });
+                }
+            }
+        }
+        if with_timing {
+            let mut untimed: Vec<&mut Evaluation> = guards
+                .iter_mut()
+                .filter(|g| {
+                    g.reached == Some(Stage::Correctness)
+                        && !g.timed
+                        && g.stages.correctness.as_ref().is_some_and(|c| c.passed)
+                })
+                .map(|g| &mut **g)
+                .collect();
+            if !untimed.is_empty() {
+                self.run_gpu_group(task, &mut untimed, true);
+            }
+            for g in guards.iter_mut() {
+                if g.reached == Some(Stage::Correctness) {
+                    g.reached = Some(Stage::Timing);
+                }
+            }
+        }
+        drop(guards);
+        subs.iter()
+            .zip(&per_sub)
+            .map(|(s, entry)| {
+                let mut e = entry.lock().unwrap_or_else(|p| p.into_inner());
+                self.advance(task, s, &mut e, upto);
+                e.clone()
+            })
+            .collect()
+    }
+
+    /// Evaluates submissions up to `upto` on the compile workers' threads.
+    fn evaluate_parallel(&self, task: &Task, subs: &[Submission], upto: Stage) -> Vec<Evaluation> {
+        let threads = self.options.compile.workers.max(1).min(subs.len().max(1));
+        let next = Mutex::new(0usize);
+        let out: Mutex<Vec<Option<Evaluation>>> = Mutex::new(vec![None; subs.len()]);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let k = {
+                        let mut n = next.lock().unwrap_or_else(|p| p.into_inner());
+                        let k = *n;
+                        *n += 1;
+                        k
+                    };
+                    if k >= subs.len() {
+                        return;
+                    }
+                    let e = self.evaluate(task, &subs[k], upto);
+                    out.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(e);
+                });
+            }
+        });
+        out.into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .into_iter()
+            .enumerate()
+            .map(|(k, e)| e.unwrap_or_else(|| self.evaluate(task, &subs[k], upto)))
+            .collect()
+    }
+
+    fn advance(&self, task: &Task, sub: &Submission, eval: &mut Evaluation, upto: Stage) {
+        while eval.reached.is_none_or(|r| r < upto) {
+            let next = match eval.reached {
+                None => Stage::Extract,
+                Some(r) => match r.next() {
+                    Some(n) => n,
+                    None => return,
+                },
+            };
+            self.run_stage(task, sub, eval, next, upto);
+            eval.reached = Some(next);
+        }
+    }
+
+    /// The stages, in the order they run.
+    fn run_stage(
+        &self,
+        task: &Task,
+        sub: &Submission,
+        eval: &mut Evaluation,
+        stage: Stage,
+        upto: Stage,
+    ) {
+        match stage {
+            Stage::Extract => {
+                let configs = self.config_indices(task);
+                let e = extract::run(task, sub, configs, &self.options.plan_limits);
+                eval.stages.extract = e.stage;
+                eval.candidate = e.candidate;
+                eval.plan = e.plan;
+            }
+            Stage::Syntax => {
+                if let Some(code) = sub.code() {
+                    let tree: Result<Arc<SourceTree>, AnalysisError> = syntax::parse(code);
+                    eval.stages.syntax = Some(syntax::stage(&tree));
+                    eval.tree = tree.ok();
+                }
+            }
+            Stage::Compile => {
+                if let Some(c) = &eval.candidate {
+                    let (stage, module) = compile::run(&self.compiler, c);
+                    eval.stages.compile = Some(stage);
+                    eval.module = module;
+                }
+            }
+            Stage::Structure => {
+                if let Some(tree) = &eval.tree {
+                    let resources = eval
+                        .stages
+                        .compile
+                        .as_ref()
+                        .map(|c| c.kernels.as_slice())
+                        .unwrap_or_default();
+                    let plan = eval.plan.as_ref().and_then(Plan::timed_plan);
+                    let (stage, features) = structure::run(tree, plan, resources, self.spec);
+                    eval.stages.structure = Some(stage);
+                    eval.features = Some(features);
+                }
+            }
+            Stage::Ranker => {
+                if let (Some(features), Some(tree)) = (&eval.features, &eval.tree) {
+                    eval.stages.ranker = Some(self.ranker.run(task, features, Some(tree)));
+                }
+            }
+            // One GPU job does correctness and, when a later stage is wanted, timing.
+            Stage::Correctness => self.run_gpu(task, eval, upto >= Stage::Timing),
+            Stage::Timing => {
+                let passed = eval.stages.correctness.as_ref().is_some_and(|c| c.passed);
+                if passed && !eval.timed {
+                    self.run_gpu(task, eval, true);
+                }
+            }
+        }
+    }
+
+    fn run_gpu(&self, task: &Task, eval: &mut Evaluation, with_timing: bool) {
+        self.run_gpu_group(task, &mut [eval], with_timing);
+    }
+
+    /// The GPU stages for evaluated members of one group; members that did not compile
+    /// (no candidate, module or plan) are left as they are.
+    fn run_gpu_group(&self, task: &Task, evals: &mut [&mut Evaluation], with_timing: bool) {
+        let ready: Vec<usize> = (0..evals.len())
+            .filter(|&k| {
+                let e = &evals[k];
+                e.candidate.is_some() && e.module.is_some() && e.plan.is_some()
+            })
+            .collect();
+        let results = {
+            let members: Vec<GpuMember<'_>> = ready
+                .iter()
+                .filter_map(|&k| {
+                    let e = &evals[k];
+                    Some(GpuMember {
+                        candidate: e.candidate.as_ref()?,
+                        module: e.module.as_ref()?,
+                        plan: e.plan.as_ref()?,
+                    })
+                })
+                .collect();
+            self.gpu.run_group(
+                task,
+                &members,
+                &self.compiler,
+                &self.options.plan_limits,
+                with_timing,
+            )
+        };
+        for (&k, (stage, result)) in ready.iter().zip(results) {
+            let e = &mut evals[k];
+            e.stages.execute = Some(stage);
+            e.stages.correctness = result.correctness;
+            e.stages.timing = result.timing;
+            e.timed = with_timing;
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Stage 1, extract: the code block of a completion, its launch plan, the ABI check against
+//! the task, and the plan evaluated for every configuration the GPU stages will run — once,
+//! here, for every later stage (static occupancy, the GPU job).
+
+use crate::candidate::{
+    extract_code, Candidate, CandidateError, PlanLimits, ResolvedPlan, MAX_SOURCE_BYTES,
+};
+use crate::task::Task;
+
+use super::report::{ExtractErrorKind, ExtractStage};
+
+/// What a policy produced: the raw text and, if it could be read, the candidate.
+///
+/// Inputs over the size caps ([`crate::candidate::MAX_COMPLETION_BYTES`] for completions,
+/// [`MAX_SOURCE_BYTES`] for code) are refused here, before anything parses them: the
+/// extract stage then reports `too_large` and no later stage runs.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    text: String,
+    code: Option<String>,
+    parsed: Result<Candidate, CandidateError>,
+}
+
+fn too_large(code: &str) -> Option<CandidateError> {
+    (code.len() > MAX_SOURCE_BYTES).then_some(CandidateError::TooLarge {
+        what: "source",
+        bytes: code.len(),
+        limit: MAX_SOURCE_BYTES,
+    })
+}
+
+impl Submission {
+    /// From an LLM completion (markdown with a fenced code block).
+    pub fn from_completion(text: impl Into<String>) -> Submission {
+        let text = text.into();
+        let (code, parsed) = match extract_code(&text) {
+            Ok(code) => match too_large(&code) {
+                Some(e) => (None, Err(e)),
+                None => {
+                    let parsed = Candidate::parse(&code);
+                    (Some(code), parsed)
+                }
+            },
+            Err(e) => (None, Err(e)),
+        };
+        Submission { text, code, parsed }
+    }
+
+    /// From CUDA source (a `.cu` file in the candidate format).
+    pub fn from_source(source: impl Into<String>) -> Submission {
+        let text = source.into();
+        match too_large(&text) {
+            Some(e) => Submission {
+                text,
+                code: None,
+                parsed: Err(e),
+            },
+            None => Submission {
+                parsed: Candidate::parse(&text),
+                code: Some(text.clone()),
+                text,
+            },
+        }
+    }
+
+    /// The raw text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The extracted code, if a code block was found (and it is within the size cap).
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// The parsed candidate (before the task's ABI check).
+    pub fn candidate(&self) -> Result<&Candidate, &CandidateError> {
+        self.parsed.as_ref()
+    }
+}
+
+impl From<Candidate> for Submission {
+    fn from(c: Candidate) -> Submission {
+        Submission {
+            text: c.source.clone(),
+            code: Some(c.source.clone()),
+            parsed: Ok(c),
+        }
+    }
+}
+
+/// The launch plan of a candidate evaluated for the configurations the GPU stages run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Indices into `task.configs` of the configurations to check ([`select_configs`]).
+    pub configs: Vec<usize>,
+    /// Index into [`Plan::configs`] of the configuration that is timed and whose plan gives
+    /// the static occupancy ([`timing_config`]).
+    pub timed: usize,
+    /// The plan for each entry of `configs`, or the first configuration it fails for (an
+    /// invalid launch, reported by the GPU stage, which then runs nothing).
+    pub resolved: Result<Vec<ResolvedPlan>, CandidateError>,
+}
+
+impl Plan {
+    /// Evaluates `candidate`'s plan for `configs` (the candidate must have passed its ABI
+    /// check).
+    pub fn resolve(
+        candidate: &Candidate,
+        task: &Task,
+        configs: Vec<usize>,
+        limits: &PlanLimits,
+    ) -> Plan {
+        let timed = timing_config(task, &configs);
+        let resolved = configs
+            .iter()
+            .map(|&i| candidate.resolve(task, &task.configs[i], limits))
+            .collect();
+        Plan {
+            configs,
+            timed,
+            resolved,
+        }
+    }
+
+    /// The plan of the timed configuration, if the plan is valid.
+    pub fn timed_plan(&self) -> Option<&ResolvedPlan> {
+        self.resolved.as_ref().ok()?.get(self.timed)
+    }
+}
+
+/// Indices of the configs to check: all, or `max_configs` spread evenly over the list
+/// (first and last included).
+pub fn select_configs(task: &Task, max_configs: Option<usize>) -> Vec<usize> {
+    let n = task.configs.len();
+    match max_configs {
+        Some(m) if m > 0 && m < n => (0..m)
+            .map(|i| i * (n - 1) / (m - 1).max(1))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        _ => (0..n).collect(),
+    }
+}
+
+/// The one rule that picks the timed configuration: the position in `configs` (indices into
+/// `task.configs`) of the config whose ABI buffers hold the most bytes, the first on ties.
+/// Timing and static occupancy both use it.
+pub fn timing_config(task: &Task, configs: &[usize]) -> usize {
+    let mut best = 0;
+    let mut largest = 0u64;
+    for (k, &ci) in configs.iter().enumerate() {
+        let bytes = task
+            .configs
+            .get(ci)
+            .and_then(|c| task.buffer_bytes(c).ok())
+            .unwrap_or(0);
+        if bytes > largest {
+            largest = bytes;
+            best = k;
+        }
+    }
+    best
+}
+
+/// The typed kind of a candidate error, as reported in `stages.extract.error_kind`.
+pub fn error_kind(e: &CandidateError) -> ExtractErrorKind {
+    match e {
+        CandidateError::NoCodeBlock => ExtractErrorKind::NoCodeBlock,
+        CandidateError::NoLaunchPlan => ExtractErrorKind::NoLaunchPlan,
+        CandidateError::UnknownKernel { .. } => ExtractErrorKind::UnknownKernel,
+        CandidateError::AbiMismatch { .. } => ExtractErrorKind::AbiMismatch,
+        CandidateError::BadDirective { .. } => ExtractErrorKind::BadDirective,
+        CandidateError::Expr { .. } => ExtractErrorKind::Expression,
+        CandidateError::InvalidLaunch { .. } => ExtractErrorKind::InvalidLaunch,
+        CandidateError::TooLarge { .. } => ExtractErrorKind::TooLarge,
+    }
+}
+
+/// What the extract stage leaves for the later ones.
+pub(crate) struct Extracted {
+    pub stage: ExtractStage,
+    pub candidate: Option<Candidate>,
+    pub plan: Option<Plan>,
+}
+
+/// Runs the extract stage: ABI check, then the plan for `configs`.
+pub(crate) fn run(
+    task: &Task,
+    sub: &Submission,
+    configs: Vec<usize>,
+    limits: &PlanLimits,
+) -> Extracted {
+    let checked = sub.parsed.clone().and_then(|mut c| {
+        c.check_abi(task)?;
+        Ok(c)
+    });
+    match checked {
+        Ok(c) => Extracted {
+            stage: ExtractStage {
+                ok: true,
+                error_kind: None,
+                error: None,
+                kernels: c.kernel_names(),
+                launches: c.launches.len(),
+            },
+            plan: Some(Plan::resolve(&c, task, configs, limits)),
+            candidate: Some(c),
+        },
+        Err(e) => Extracted {
+            stage: ExtractStage {
+                ok: false,
+                error_kind: Some(error_kind(&e)),
+                error: Some(e.to_string()),
+                kernels: Vec::new(),
+                launches: 0,
+            },
+            candidate: None,
+            plan: None,
+        },
+    }
+}

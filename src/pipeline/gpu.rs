@@ -1,0 +1,389 @@
+//! Stages 6 and 7, correctness and timing: one job in a sandboxed GPU worker runs the
+//! candidates of a group (each in a runner process of its own) against the reference on
+//! every selected configuration and, when asked, times them on the configuration the
+//! extract stage chose.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::candidate::{Candidate, PlanLimits, ResolvedPlan};
+use crate::compile::{CompileOutcome, CompiledModule, Compiler};
+use crate::exec::{
+    BuildError, ExecJob, ExecOptions, ExecResult, ExecStatus, ExecuteStage, Executor, JobParts,
+    JobSide,
+};
+use crate::task::Task;
+
+use super::error::NoExecutor;
+use super::extract::Plan;
+
+/// Most candidates in one GPU job (each member has a runner process of its own).
+pub const MAX_JOB_MEMBERS: usize = 16;
+
+/// A compiled candidate with its plan, ready for the GPU stages.
+pub(crate) struct GpuMember<'a> {
+    pub candidate: &'a Candidate,
+    pub module: &'a CompiledModule,
+    pub plan: &'a Plan,
+}
+
+/// The task's reference, ready to run: parsed, checked, compiled, its plan resolved.
+pub(crate) struct Reference {
+    candidate: Candidate,
+    module: CompiledModule,
+    plans: Vec<ResolvedPlan>,
+}
+
+/// Why the reference is not ready: the task's fault (`ReferenceFailed`) or ours, for now
+/// (`Unavailable`, not remembered, so the next job tries again).
+enum ReferenceError {
+    Broken(String),
+    Unavailable(String),
+}
+
+/// The GPU stages' state: the executor (started on first use) and the references.
+pub(crate) struct GpuState {
+    options: ExecOptions,
+    no_gpu: bool,
+    executor: OnceLock<Result<Executor, NoExecutor>>,
+    references: Mutex<HashMap<String, Arc<Result<Reference, String>>>>,
+}
+
+impl GpuState {
+    pub fn new(options: ExecOptions, no_gpu: bool) -> GpuState {
+        GpuState {
+            options,
+            no_gpu,
+            executor: OnceLock::new(),
+            references: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Uses this executor instead of starting one.
+    pub fn with_executor(self, executor: Executor) -> GpuState {
+        let _ = self.executor.set(Ok(executor));
+        self
+    }
+
+    pub fn executor(&self) -> Result<&Executor, NoExecutor> {
+        self.executor
+            .get_or_init(|| {
+                if self.no_gpu {
+                    Err(NoExecutor::Disabled)
+                } else {
+                    Executor::new(self.options.clone()).map_err(NoExecutor::from)
+                }
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The reference of `task` for `configs`, built once per task.
+    fn reference(
+        &self,
+        task: &Task,
+        configs: &[usize],
+        compiler: &Compiler,
+        limits: &PlanLimits,
+    ) -> Result<Arc<Result<Reference, String>>, String> {
+        if let Some(r) = self
+            .references
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&task.id)
+        {
+            return Ok(Arc::clone(r));
+        }
+        let built = match build_reference(task, configs, compiler, limits) {
+            Ok(r) => Ok(r),
+            Err(ReferenceError::Broken(reason)) => Err(reason),
+            Err(ReferenceError::Unavailable(reason)) => return Err(reason),
+        };
+        let r = Arc::new(built);
+        self.references
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(task.id.clone(), Arc::clone(&r));
+        Ok(r)
+    }
+
+    /// Runs the GPU stages for a group of compiled candidates of one task as few jobs:
+    /// the reference's runs are shared by the members of a job, identical sources run once,
+    /// and the jobs are spread over every GPU worker (at most [`MAX_JOB_MEMBERS`] each).
+    /// Every member gets a result, in order; a job that failed only for our reasons is
+    /// retried once.
+    pub fn run_group(
+        &self,
+        task: &Task,
+        members: &[GpuMember<'_>],
+        compiler: &Compiler,
+        limits: &PlanLimits,
+        with_timing: bool,
+    ) -> Vec<(ExecuteStage, ExecResult)> {
+        let start = std::time::Instant::now();
+        let results = self.results(task, members, compiler, limits, with_timing);
+        let millis = start.elapsed().as_secs_f64() * 1e3;
+        results
+            .into_iter()
+            .map(|result| {
+                let stage = ExecuteStage {
+                    status: result.status.clone(),
+                    device: result.device.clone(),
+                    millis,
+                    gpu_millis: result.gpu_millis,
+                    job_gpu_millis: result.job_gpu_millis,
+                    job_members: result.job_members,
+                };
+                (stage, result)
+            })
+            .collect()
+    }
+
+    fn results(
+        &self,
+        task: &Task,
+        members: &[GpuMember<'_>],
+        compiler: &Compiler,
+        limits: &PlanLimits,
+        with_timing: bool,
+    ) -> Vec<ExecResult> {
+        let all = |status: ExecStatus| vec![ExecResult::status_only(status); members.len()];
+        let mut results: Vec<Option<ExecResult>> = vec![None; members.len()];
+        // The plans were checked against CUDA's limits at extraction, so an invalid launch
+        // is reported as such on a machine without a GPU too.
+        let mut runnable = Vec::new();
+        for (k, m) in members.iter().enumerate() {
+            match &m.plan.resolved {
+                Ok(_) => runnable.push(k),
+                Err(e) => {
+                    results[k] = Some(ExecResult::status_only(ExecStatus::InvalidLaunch {
+                        reason: e.to_string(),
+                    }))
+                }
+            }
+        }
+        let finish = |results: Vec<Option<ExecResult>>, fill: &dyn Fn() -> ExecResult| {
+            results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(fill))
+                .collect::<Vec<_>>()
+        };
+        if runnable.is_empty() {
+            return finish(results, &|| {
+                ExecResult::status_only(ExecStatus::Unavailable {
+                    reason: "no member to run".into(),
+                })
+            });
+        }
+        let executor = match self.executor() {
+            Ok(x) => x,
+            Err(e) => {
+                let reason = e.to_string();
+                return finish(results, &|| {
+                    ExecResult::status_only(ExecStatus::Unavailable {
+                        reason: reason.clone(),
+                    })
+                });
+            }
+        };
+        let plan0 = members[runnable[0]].plan;
+        let reference = match self.reference(task, &plan0.configs, compiler, limits) {
+            Ok(r) => r,
+            Err(reason) => {
+                return finish(results, &|| {
+                    ExecResult::status_only(ExecStatus::Unavailable {
+                        reason: reason.clone(),
+                    })
+                })
+            }
+        };
+        let reference = match reference.as_ref() {
+            Ok(r) => r,
+            Err(reason) => {
+                return finish(results, &|| {
+                    ExecResult::status_only(ExecStatus::ReferenceFailed {
+                        reason: reason.clone(),
+                    })
+                })
+            }
+        };
+        // Identical sources run once; their results are shared.
+        let mut unique: Vec<usize> = Vec::new();
+        let mut same_as: Vec<usize> = (0..members.len()).collect();
+        for &k in &runnable {
+            match unique
+                .iter()
+                .find(|&&u| members[u].candidate.source == members[k].candidate.source)
+            {
+                Some(&u) => same_as[k] = u,
+                None => unique.push(k),
+            }
+        }
+        let sides: Vec<JobSide<'_>> = unique
+            .iter()
+            .filter_map(|&k| {
+                let m = &members[k];
+                Some(JobSide {
+                    candidate: m.candidate,
+                    module: m.module,
+                    plans: m.plan.resolved.as_ref().ok()?,
+                })
+            })
+            .collect();
+        let reference_side = JobSide {
+            candidate: &reference.candidate,
+            module: &reference.module,
+            plans: &reference.plans,
+        };
+        let run = self.run_sides(executor, task, plan0, reference_side, &sides, with_timing);
+        if run.len() != unique.len() {
+            return all(ExecStatus::Unavailable {
+                reason: format!(
+                    "the GPU workers answered for {} of {} candidates",
+                    run.len(),
+                    unique.len()
+                ),
+            });
+        }
+        for (&u, r) in unique.iter().zip(run) {
+            results[u] = Some(r);
+        }
+        for &k in &runnable {
+            if same_as[k] != k {
+                results[k] = results[same_as[k]].clone();
+            }
+        }
+        finish(results, &|| {
+            ExecResult::status_only(ExecStatus::Unavailable {
+                reason: "no result for this candidate".into(),
+            })
+        })
+    }
+
+    /// Splits the members into jobs (at most [`MAX_JOB_MEMBERS`] each, spread over the GPU
+    /// workers), runs them, retries once a job that failed only for our reasons, and
+    /// returns one result per member.
+    fn run_sides(
+        &self,
+        executor: &Executor,
+        task: &Task,
+        plan: &Plan,
+        reference: JobSide<'_>,
+        members: &[JobSide<'_>],
+        with_timing: bool,
+    ) -> Vec<ExecResult> {
+        let workers = executor.workers().max(1);
+        let per_job = members.len().div_ceil(workers).clamp(1, MAX_JOB_MEMBERS);
+        let timeout_ms = self.options.timeout.as_millis() as u64;
+        let mut out: Vec<Vec<ExecResult>> = Vec::new();
+        let mut jobs = Vec::new();
+        let mut slots = Vec::new(); // which chunk each job is
+        for (ci, chunk) in members.chunks(per_job).enumerate() {
+            let built = ExecJob::build(JobParts {
+                task,
+                configs: &plan.configs,
+                reference,
+                candidates: chunk,
+                timing_config: plan.timed,
+                seed: executor.seed(),
+                timing: with_timing.then_some(self.options.timing),
+                max_device_bytes: self.options.max_device_bytes,
+                bandwidth_gbps: self.options.bandwidth_gbps,
+                peak_tflops: self.options.peak_tflops,
+                deadline_ms: timeout_ms * chunk.len() as u64,
+                run_limit_ms: timeout_ms,
+            });
+            match built {
+                Ok(job) => {
+                    jobs.push(job);
+                    slots.push(ci);
+                    out.push(Vec::new());
+                }
+                // The task's own expressions (sizes, scalars, fills) do not evaluate.
+                Err(BuildError::Reference(reason)) => out.push(vec![
+                    ExecResult::status_only(
+                        ExecStatus::ReferenceFailed { reason }
+                    );
+                    chunk.len()
+                ]),
+                // Plans that do not match the configs: our bug, not the candidate's.
+                Err(e @ BuildError::Candidate { .. }) => {
+                    out.push(vec![
+                        ExecResult::status_only(ExecStatus::Unavailable {
+                            reason: format!("the GPU job could not be built: {e}"),
+                        });
+                        chunk.len()
+                    ])
+                }
+            }
+        }
+        let ours = |rs: &[ExecResult]| {
+            rs.iter()
+                .all(|r| matches!(r.status, ExecStatus::Unavailable { .. }))
+        };
+        let first = executor.run_all(jobs.clone());
+        let mut retry = Vec::new();
+        for ((job, rs), ci) in jobs.into_iter().zip(first).zip(slots) {
+            if ours(&rs) {
+                retry.push((job, ci));
+            }
+            out[ci] = rs;
+        }
+        if !retry.is_empty() {
+            // One GPU's failure must not lose the group: once more, on whichever worker is
+            // free (a broken worker was replaced by the pool).
+            let (jobs, cis): (Vec<ExecJob>, Vec<usize>) = retry.into_iter().unzip();
+            for (rs, ci) in executor.run_all(jobs).into_iter().zip(cis) {
+                if !ours(&rs) {
+                    out[ci] = rs;
+                }
+            }
+        }
+        out.into_iter().flatten().collect()
+    }
+}
+
+fn build_reference(
+    task: &Task,
+    configs: &[usize],
+    compiler: &Compiler,
+    limits: &PlanLimits,
+) -> Result<Reference, ReferenceError> {
+    let path = task.reference.path.display();
+    let broken = |what: String| ReferenceError::Broken(format!("reference {path}: {what}"));
+    let mut c = Candidate::parse(&task.reference.source).map_err(|e| broken(e.to_string()))?;
+    c.check_abi(task).map_err(|e| broken(e.to_string()))?;
+    let module = match compiler.compile(&c) {
+        CompileOutcome::Compiled { module, .. } => module,
+        CompileOutcome::Unavailable { reason } => {
+            return Err(ReferenceError::Unavailable(format!(
+                "the task's reference could not be compiled here: {reason}"
+            )))
+        }
+        CompileOutcome::Failed { log, .. } => {
+            return Err(broken(format!(
+                "does not compile: {}",
+                log.lines()
+                    .find(|l| l.contains("error"))
+                    .unwrap_or("")
+                    .trim()
+            )))
+        }
+        CompileOutcome::Rejected { reason } => {
+            return Err(broken(format!("was rejected: {reason}")))
+        }
+        CompileOutcome::Timeout { limit_ms } => {
+            return Err(broken(format!("did not compile within {limit_ms} ms")))
+        }
+    };
+    let plans = configs
+        .iter()
+        .map(|&i| c.resolve(task, &task.configs[i], limits))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| broken(format!("plan: {e}")))?;
+    Ok(Reference {
+        candidate: c,
+        module,
+        plans,
+    })
+}

@@ -1,0 +1,269 @@
+//! The report schema: `RewardReport` and every `stages.*` entry, in one place.
+//!
+//! Field names are stable; new stages and fields are added as optional, never renamed.
+//! Where a field takes one of a few values it is a typed enum that serialises to the same
+//! snake_case string as before (`stages.compile.status`, `stages.extract.error_kind`,
+//! `stages.structure.occupancy[].limiter`, `verdict`).
+//!
+//! ```json
+//! {
+//!   "value": 1.42,
+//!   "reward": "cudaperf",
+//!   "verdict": "correct",
+//!   "terms": [{"name": "outcome", "weight": 1.0, "value": 1.0}, ...],
+//!   "stages": {
+//!     "extract": {"ok": true, "kernels": ["vector_add"], "launches": 1},
+//!     "syntax": {"ok": true, "error_nodes": 0, "missing_nodes": 0},
+//!     "compile": {"ok": true, "status": "compiled", "isolation": "sandboxed", "kernels": [...], ...},
+//!     "structure": {...}, "ranker": {...}, "execute": {...}, "correctness": {...}, "timing": {...}
+//!   }
+//! }
+//! ```
+//!
+//! The GPU stages' types (`execute`, `correctness`, `timing`) are defined by the device side
+//! ([`crate::exec`]) and re-exported here.
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::analysis::Limiter;
+pub use crate::compile::{Isolation, Resources};
+pub use crate::exec::{
+    ConfigCheck, CorrectnessStage, DeviceInfo, ExecStatus, ExecuteStage, KernelOccupancy, Mismatch,
+    TimingStage,
+};
+
+use super::Verdict;
+
+/// A reward value with everything that explains it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RewardReport {
+    /// The scalar reward (NaN, written `null`, when there is none: see
+    /// [`crate::reward::RewardError`]).
+    pub value: f64,
+    /// Name of the reward that produced it.
+    pub reward: String,
+    /// The outcome of the stages the reward read, in one word.
+    #[serde(default)]
+    pub verdict: Verdict,
+    /// Contributions, for composite rewards.
+    pub terms: Vec<Term>,
+    /// Every stage's result.
+    pub stages: Stages,
+}
+
+/// One named contribution to a reward value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Term {
+    /// What it measures.
+    pub name: String,
+    /// Its weight.
+    pub weight: f64,
+    /// Its unweighted value.
+    pub value: f64,
+}
+
+/// All stages, in the order they run; a stage that did not run is `null`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stages {
+    /// Code extraction and launch-plan parsing.
+    pub extract: ExtractStage,
+    /// tree-sitter parse.
+    pub syntax: Option<SyntaxStage>,
+    /// NVRTC compile.
+    pub compile: Option<CompileStage>,
+    /// Structural features.
+    pub structure: Option<StructureStage>,
+    /// GPU run outcome.
+    pub execute: Option<ExecuteStage>,
+    /// Correctness against the reference.
+    pub correctness: Option<CorrectnessStage>,
+    /// Speedup measurement.
+    pub timing: Option<TimingStage>,
+    /// Learned ranker.
+    pub ranker: Option<RankerStage>,
+}
+
+/// `stages.extract`: was there code, and does its launch plan fit the task?
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExtractStage {
+    /// A candidate was extracted and matches the task ABI.
+    pub ok: bool,
+    /// What went wrong, when not ok.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error_kind: Option<ExtractErrorKind>,
+    /// The error message.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    /// Kernels launched.
+    pub kernels: Vec<String>,
+    /// Number of launches in the plan.
+    pub launches: usize,
+}
+
+/// `stages.extract.error_kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ExtractErrorKind {
+    /// The completion has no fenced code block.
+    NoCodeBlock,
+    /// The source has no `// @launch` line.
+    NoLaunchPlan,
+    /// A launch names a kernel the source does not define.
+    UnknownKernel,
+    /// The kernel's parameters do not fit the task's ABI.
+    AbiMismatch,
+    /// A `@launch` or `@scratch` line is malformed.
+    BadDirective,
+    /// An expression in the plan is invalid or names an unknown size.
+    Expression,
+    /// The evaluated launch is outside CUDA's or the configured limits.
+    InvalidLaunch,
+    /// The submission is larger than the size cap (checked before any parsing).
+    TooLarge,
+}
+
+impl ExtractErrorKind {
+    /// The snake_case name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExtractErrorKind::NoCodeBlock => "no_code_block",
+            ExtractErrorKind::NoLaunchPlan => "no_launch_plan",
+            ExtractErrorKind::UnknownKernel => "unknown_kernel",
+            ExtractErrorKind::AbiMismatch => "abi_mismatch",
+            ExtractErrorKind::BadDirective => "bad_directive",
+            ExtractErrorKind::Expression => "expression",
+            ExtractErrorKind::InvalidLaunch => "invalid_launch",
+            ExtractErrorKind::TooLarge => "too_large",
+        }
+    }
+}
+
+impl std::fmt::Display for ExtractErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `stages.syntax`: does tree-sitter-cuda parse the candidate, and how badly does it not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SyntaxStage {
+    /// No error or missing nodes.
+    pub ok: bool,
+    /// `ERROR` nodes in the tree.
+    pub error_nodes: u32,
+    /// `MISSING` nodes (tokens the parser had to invent).
+    pub missing_nodes: u32,
+    /// Line of the first problem (1-based), if any.
+    pub first_error_line: Option<u32>,
+}
+
+/// `stages.compile.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompileStatus {
+    /// A cubin was produced.
+    Compiled,
+    /// NVRTC reported errors (the candidate's).
+    Error,
+    /// The source was refused before compiling (forbidden include, NUL byte).
+    Rejected,
+    /// The compile ran past its limit and was killed (the candidate's).
+    Timeout,
+    /// The compile could not run here (no NVRTC, no usable worker): never the candidate's.
+    Unavailable,
+}
+
+impl CompileStatus {
+    /// The snake_case name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompileStatus::Compiled => "compiled",
+            CompileStatus::Error => "error",
+            CompileStatus::Rejected => "rejected",
+            CompileStatus::Timeout => "timeout",
+            CompileStatus::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for CompileStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `stages.compile`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompileStage {
+    /// Whether a cubin was produced.
+    pub ok: bool,
+    /// How the stage ended.
+    pub status: CompileStatus,
+    /// Trimmed compile log (errors first).
+    pub log: String,
+    /// Per-kernel resources from ptxas.
+    pub kernels: Vec<Resources>,
+    /// Served from the cache.
+    pub cached: bool,
+    /// Wall time of the stage in milliseconds.
+    pub millis: f64,
+    /// Target architecture.
+    pub arch: String,
+    /// Whether the compile ran in a worker process (`isolation == "sandboxed"`).
+    pub sandboxed: bool,
+    /// Where compiles run: `sandboxed` (a worker process with a time and memory limit) or
+    /// `in_process` (only when the caller opted in, for trusted sources).
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// Why the stage did not produce a result (rejected, timeout, unavailable).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+}
+
+/// `stages.structure`: the structural score and the features behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StructureStage {
+    /// Hand-weighted structural score in [-1, 1].
+    pub score: f64,
+    /// The score's terms (name, weight, contribution as `value`).
+    pub terms: Vec<Term>,
+    /// Static occupancy per launch on the spec device, for the timed (largest) config.
+    pub occupancy: Vec<LaunchOccupancy>,
+    /// The features, as produced by the analysis.
+    pub features: crate::analysis::Features,
+}
+
+/// Static occupancy of one launch (`stages.structure.occupancy[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchOccupancy {
+    /// Kernel as launched.
+    pub kernel: String,
+    /// Threads per block.
+    pub block_threads: u32,
+    /// Registers per thread (from ptxas).
+    pub registers: u32,
+    /// Static + dynamic shared memory per block.
+    pub shared_bytes: u64,
+    /// Theoretical occupancy on the spec device.
+    pub occupancy: f64,
+    /// What limits it: `warps`, `registers`, `shared_memory` or `blocks`.
+    pub limiter: Limiter,
+}
+
+/// `stages.ranker`: the learned pairwise score against the reference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankerStage {
+    /// s(candidate).
+    pub candidate_score: f64,
+    /// s(reference).
+    pub reference_score: f64,
+    /// σ(s(candidate) − s(reference)): predicted probability the candidate is faster.
+    pub prob_faster: f64,
+    /// Where the model came from (a folder, or `<shipped ranker>` for the embedded one).
+    pub model: String,
+    /// Why the ranker could not score (unreadable model, feature mismatch); the scores are
+    /// NaN then.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+}
