@@ -146,8 +146,13 @@ fn concurrent_clients_get_their_own_results_in_order() {
             if i == c % 3 {
                 assert_eq!(r["verdict"], "compiled", "{r}");
                 assert_eq!(r["value"], 1.0);
+                // Next-turn feedback from `rl::feedback` on the report.
+                let fb = r["feedback"].as_str().expect("feedback text");
+                assert!(fb.starts_with("Compiles;"), "{fb}");
             } else {
                 assert_eq!(r["verdict"], "extract_error", "{r}");
+                let fb = r["feedback"].as_str().expect("feedback text");
+                assert!(fb.starts_with("No candidate could be read"), "{fb}");
             }
         }
     }

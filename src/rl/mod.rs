@@ -49,7 +49,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let policy = |_prompt: &str| String::from("```cuda\n...\n```");
 //! let task = Task::load("fixtures/tasks/transpose")?;
-//! let evaluator = Evaluator::new(EvalOptions::default());
+//! let evaluator = Evaluator::new(EvalOptions::default())?;
 //! let ctx = Context::new(&task, &evaluator);
 //! let reward = presets::cudaperf();
 //! let mut group: Vec<Episode> = (0..8).map(|_| Episode::new(&task.id)).collect();
@@ -61,8 +61,9 @@
 //!         .collect();
 //!     let completions: Vec<String> = prompts.iter().map(|p| policy(p)).collect();
 //!     let subs: Vec<Submission> = completions.iter().map(Submission::from_completion).collect();
-//!     for ((e, c), s) in group.iter_mut().zip(completions).zip(reward.score_batch(&ctx, &subs)?) {
-//!         e.push(Turn::new(c, s.report));
+//!     for ((e, c), s) in group.iter_mut().zip(completions).zip(reward.score_batch(&ctx, &subs)) {
+//!         // A completion that could not be scored here keeps its partial report (value NaN).
+//!         e.push(Turn::new(c, s.map_or_else(|e| e.report().clone(), |s| s.report)));
 //!     }
 //! }
 //! let adv = rl::episode_advantages(&group, &EpisodeOptions::default())?;

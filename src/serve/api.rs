@@ -128,7 +128,9 @@ pub struct ItemResult {
     /// asked for none.
     #[serde(default)]
     pub report: Option<serde_json::Value>,
-    /// Feedback text for the policy's next turn (null until `rl::feedback` provides it).
+    /// Feedback text for the policy's next turn ([`crate::rl::feedback`] on the report and
+    /// the code that was evaluated); null when the completion was not scored (deadline,
+    /// internal error).
     #[serde(default)]
     pub feedback: Option<String>,
 }

@@ -123,21 +123,24 @@ pub fn run_job(
             .map(|c| Submission::from_completion(c.as_str()))
             .collect();
         let ctx = Context::new(task, evaluator).at_step(job.step);
-        (score_group(reward, &ctx, &subs), reward.needs(&ctx))
+        (score_group(reward, &ctx, &subs), reward.needs(&ctx), subs)
     }));
     match run {
-        Ok((scored, needs)) => {
+        Ok((scored, needs, subs)) => {
             for (index, r) in scored.into_iter().enumerate() {
                 let report = match &r {
                     Ok(s) => Some(&s.report),
                     Err(RewardError::Unavailable { report, .. }) => Some(&**report),
                 };
-                if let Some(rep) = report {
+                // Next-turn feedback on the code that was evaluated (line numbers refer to it).
+                let feedback = report.map(|rep| {
                     collect_stage_times(&rep.stages, &mut outcome.stages);
-                }
+                    let code = subs[index].code().unwrap_or(subs[index].text());
+                    crate::rl::feedback(task, rep, code, &Default::default()).text()
+                });
                 outcome
                     .results
-                    .push(item_result(index, r, job.report, needs));
+                    .push(item_result(index, r, job.report, needs, feedback));
             }
         }
         Err(panic) => {
@@ -177,6 +180,7 @@ pub fn item_result(
     r: crate::reward::Result<Scored>,
     with_report: bool,
     needs: Stage,
+    feedback: Option<String>,
 ) -> ItemResult {
     let (verdict, value, reason, report) = match r {
         Ok(Scored { value, report }) if value.is_finite() => {
@@ -195,9 +199,6 @@ pub fn item_result(
             (Verdict::Unavailable.as_str(), None, Some(reason), *report)
         }
     };
-    // Feedback for the next turn: fill from `cudaperf::rl::feedback` (sibling issue) here,
-    // from `report`; until it lands, the field stays null.
-    let feedback = None;
     ItemResult {
         index,
         verdict: verdict.into(),

@@ -7,7 +7,8 @@ environment:
   FAKE_MODE     how to misbehave (see MODES below)
   FAKE_REAL     the real worker program, for the modes that forward jobs to one
   FAKE_STATE    a file used to remember across processes (crash_once)
-  FAKE_REPLY    a JSON result to answer every job with (reply)
+  FAKE_REPLY    a JSON result to answer every job with (reply; a `gpu` job gets one copy
+                per member of its group)
 
 The protocol (src/sandbox/protocol.rs): one greeting line, then one response line per request
 line: {"id": N, "restart": false, "result": ...} or {"id": N, "error": "..."}.
@@ -102,7 +103,11 @@ def main():
         greet(role)
         reply = json.loads(os.environ["FAKE_REPLY"])
         for req in requests():
-            out({"id": req["id"], "restart": False, "result": reply})
+            result = reply
+            if role == "gpu" and isinstance(reply, dict):
+                # A GPU job is a group: one result per member, in order.
+                result = [reply] * len(req["job"].get("candidates", [None]))
+            out({"id": req["id"], "restart": False, "result": result})
     else:
         sys.stderr.write("fake worker: unknown FAKE_MODE %r\n" % mode)
         return 2
