@@ -110,7 +110,9 @@ impl Feedback {
     /// The text shown to the policy: at most `max_chars` characters.
     pub fn text(&self) -> String {
         let max = self.max_chars.max(1);
-        let mut out = truncate_chars(&self.summary, max);
+        // Characters are mostly ASCII: one allocation for the whole text.
+        let mut out = String::with_capacity(max.min(1 << 16) + 64);
+        out.push_str(&truncate_chars(&self.summary, max));
         let mut used = out.chars().count();
         // Room kept for the "omitted" line.
         const RESERVE: usize = 40;
@@ -152,7 +154,9 @@ impl fmt::Display for Feedback {
 }
 
 fn render_item(item: &FeedbackItem) -> String {
-    let mut s = String::from("- ");
+    let quote_len = item.quote.as_ref().map_or(0, |q| q.len() + 5);
+    let mut s = String::with_capacity(item.message.len() + quote_len + 20);
+    s.push_str("- ");
     if let Some(l) = item.line {
         let _ = write!(s, "line {l}: ");
     }
@@ -264,12 +268,17 @@ pub fn feedback(
 ) -> Feedback {
     let s = &report.stages;
     let verdict = verdict_of(s);
-    let lines: Vec<&str> = source.lines().collect();
+    // Split on first use only: many reports quote no line at all.
+    let lines: std::cell::OnceCell<Vec<&str>> = std::cell::OnceCell::new();
+    let line_of = |n: u32| -> Option<&str> {
+        let lines = lines.get_or_init(|| source.lines().collect());
+        lines.get(n.checked_sub(1)? as usize).copied()
+    };
     let quote = |line: Option<u32>| -> Option<String> {
         if !opts.quote_source {
             return None;
         }
-        let l = lines.get(line?.checked_sub(1)? as usize)?.trim();
+        let l = line_of(line?)?.trim();
         (!l.is_empty()).then(|| truncate_chars(l, 120))
     };
     // The text of a one-line span (an index expression), when short.
@@ -277,7 +286,7 @@ pub fn feedback(
         if sp.line == 0 || sp.end_line != sp.line || sp.end_column <= sp.column {
             return None;
         }
-        let l = lines.get(sp.line as usize - 1)?;
+        let l = line_of(sp.line)?;
         let t = l
             .get(sp.column as usize - 1..sp.end_column as usize - 1)?
             .trim();
@@ -896,9 +905,15 @@ fn structural_items(
             ));
         }
     }
-    // One item per (line, message).
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|(_, l, m, _)| seen.insert((*l, m.clone())));
+    // One item per (line, message), the first kept; the list is short, so no hashing.
+    let mut i = 0;
+    while i < out.len() {
+        if out[..i].iter().any(|o| o.1 == out[i].1 && o.2 == out[i].2) {
+            out.remove(i);
+        } else {
+            i += 1;
+        }
+    }
     out
 }
 
