@@ -118,6 +118,40 @@ fn main() {
         .unwrap_or_default();
     let mut rows: Vec<(String, String)> = Vec::new();
 
+    if std::env::var_os("GPU_BENCH_GROUP_ONLY").is_some() {
+        // Only the group of 16 (1 worker per GPU), three times: for comparing settings
+        // such as $CUDAPERF_CTX_SCHED within one device call.
+        let warm: Vec<Submission> = (0..16).map(|k| fresh(&source, 900 + k)).collect();
+        let _ = e.evaluate_batch(&task, &warm, Stage::Timing);
+        for r in 0..3 {
+            let subs: Vec<Submission> = (0..16)
+                .map(|k| fresh(&source, 5000 + 100 * r + k))
+                .collect();
+            let t = Instant::now();
+            let evals = e.evaluate_batch(&task, &subs, Stage::Timing);
+            let secs = t.elapsed().as_secs_f64();
+            let ok = evals
+                .iter()
+                .filter(|v| v.verdict().as_str() == "correct")
+                .count();
+            let mut jobs = std::collections::BTreeMap::new();
+            for v in &evals {
+                if let Some(x) = &v.stages.execute {
+                    jobs.insert(
+                        ((x.job_gpu_millis * 1e6) as u64, x.job_members),
+                        x.job_gpu_millis,
+                    );
+                }
+            }
+            println!(
+                "group of 16 (run {r}): {secs:.3} s wall, {:.3} s GPU, {ok}/16 correct, median raw speedup {:.4}",
+                jobs.values().sum::<f64>() / 1e3,
+                median(raw_speedups(&evals))
+            );
+        }
+        return;
+    }
+
     let (mut compile, mut cached, mut correct, mut timed, mut e2e, mut ratio) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut reps = vec![];

@@ -48,6 +48,19 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// How a host thread waits for the GPU (`$CUDAPERF_CTX_SCHED`: `spin`, `yield`,
+/// `blocking`; unset or `auto`: the driver's choice). Every GPU-side wait of the protocol is a
+/// host round trip between processes, so this is a latency knob, not a correctness one.
+fn sched_flags() -> Option<u32> {
+    use sys::CUctx_flags_enum as F;
+    match std::env::var("CUDAPERF_CTX_SCHED").ok()?.as_str() {
+        "spin" => Some(F::CU_CTX_SCHED_SPIN as u32),
+        "yield" => Some(F::CU_CTX_SCHED_YIELD as u32),
+        "blocking" => Some(F::CU_CTX_SCHED_BLOCKING_SYNC as u32),
+        _ => None,
+    }
+}
+
 /// The primary context of device 0 and the stream every launch uses. Released when the
 /// last [`Gpu`] handle and the last resource made through one are gone, so nothing can
 /// outlive the context it belongs to, whatever order fields are dropped in.
@@ -79,6 +92,11 @@ impl Gpu {
     pub fn open() -> Result<Gpu, CudaError> {
         result::init().during(|| "cuInit".into())?;
         let device = result::device::get(0).during(|| "cuDeviceGet(0)".into())?;
+        if let Some(flags) = sched_flags() {
+            // SAFETY: device is valid; only the scheduling flags of its primary context are
+            // set, before it is retained. A context already active keeps its flags.
+            let _ = unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(device, flags) };
+        }
         // SAFETY: device is valid; the context is released by `Context::drop`.
         let ctx = unsafe { result::primary_ctx::retain(device) }
             .during(|| "cuDevicePrimaryCtxRetain".into())?;
