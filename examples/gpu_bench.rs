@@ -35,6 +35,24 @@ fn kendall(a: &[f64], b: &[f64]) -> f64 {
     }
 }
 
+/// Median over implementations and scorings of the CV of the raw speedups of the copies of
+/// one implementation (member `k` is implementation `k % impls`, see [`variants`]).
+fn copies_cv(scorings: &[Vec<f64>], impls: usize) -> f64 {
+    let mut cvs = Vec::new();
+    for s in scorings {
+        for i in 0..impls {
+            let xs: Vec<f64> = s.iter().skip(i).step_by(impls).copied().collect();
+            if xs.len() < 2 || xs.iter().any(|x| !x.is_finite()) {
+                continue;
+            }
+            let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+            let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
+            cvs.push(100.0 * var.sqrt() / mean);
+        }
+    }
+    median(cvs)
+}
+
 fn raw_speedups(evals: &[Evaluation]) -> Vec<f64> {
     evals
         .iter()
@@ -48,6 +66,70 @@ fn variants(task: &Task, n: usize, tag: usize) -> Vec<Submission> {
     (0..n)
         .map(|k| fresh(&impls[k % impls.len()].source, tag * 1000 + k))
         .collect()
+}
+
+/// Rank stability of a mixed group scored twice as one job per candidate and twice as one
+/// group job, and the spread of the copies of one implementation.
+fn rank_rows(e: &Evaluator, task: &Task) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    e.clear_memo();
+    // Rank stability: a mixed group (every implementation, 4 variants each), scored twice
+    // as one job per candidate and twice as one group job.
+    let group = variants(task, 16, 7);
+    let single = |tag: usize| -> Vec<f64> {
+        let subs: Vec<Submission> = group.iter().map(|s| fresh(s.text(), tag)).collect();
+        let evals: Vec<Evaluation> = subs
+            .iter()
+            .map(|s| e.evaluate(task, s, Stage::Timing))
+            .collect();
+        raw_speedups(&evals)
+    };
+    let grouped = |tag: usize| -> Vec<f64> {
+        let subs: Vec<Submission> = group.iter().map(|s| fresh(s.text(), tag)).collect();
+        raw_speedups(&e.evaluate_batch(task, &subs, Stage::Timing))
+    };
+    let (s1, s2) = (single(71), single(72));
+    let (g1, g2) = (grouped(73), grouped(74));
+    out.push((
+        "rank stability, group of 16 scored twice: per-candidate jobs (Kendall tau)".into(),
+        format!("{:.3}", kendall(&s1, &s2)),
+    ));
+    out.push((
+        "rank stability, group of 16 scored twice: group jobs (Kendall tau)".into(),
+        format!("{:.3}", kendall(&g1, &g2)),
+    ));
+    // The copies of one implementation are equally fast, so their order is pure noise and
+    // caps tau near 0.8; what matters to GRPO is how far apart the measurement puts them.
+    let impls = task.all_implementations().count().max(1);
+    let between = |a: &[f64], b: &[f64]| {
+        let keep = |x: &[f64]| -> Vec<(usize, f64)> { x.iter().copied().enumerate().collect() };
+        let (a, b) = (keep(a), keep(b));
+        let (mut conc, mut total) = (0.0, 0.0);
+        for i in 0..a.len() {
+            for j in i + 1..a.len() {
+                if a[i].0 % impls != a[j].0 % impls {
+                    conc += (a[i].1 - a[j].1).signum() * (b[i].1 - b[j].1).signum();
+                    total += 1.0;
+                }
+            }
+        }
+        conc / total
+    };
+    out.push((
+        "Kendall tau over pairs of different implementations: per-candidate / group jobs".into(),
+        format!("{:.3} / {:.3}", between(&s1, &s2), between(&g1, &g2)),
+    ));
+    out.push((
+        "same implementation, 4 copies in one group: speedup spread (CV, median): per-candidate jobs".into(),
+        format!("{:.3} %", copies_cv(&[s1, s2], impls)),
+    ));
+    out.push((
+        "same implementation, 4 copies in one group: speedup spread (CV, median): group jobs"
+            .into(),
+        format!("{:.3} %", copies_cv(&[g1, g2], impls)),
+    ));
+
+    out
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -148,6 +230,15 @@ fn main() {
                 jobs.values().sum::<f64>() / 1e3,
                 median(raw_speedups(&evals))
             );
+        }
+        return;
+    }
+    if std::env::var_os("GPU_BENCH_RANK_ONLY").is_some() {
+        // Only the rank-stability rows, twice.
+        for _ in 0..2 {
+            for (k, v) in rank_rows(&e, &task) {
+                println!("{k}: {v}");
+            }
         }
         return;
     }
@@ -348,31 +439,7 @@ fn main() {
     ));
     rows.push(("speedup mean".into(), format!("{mean:.3}")));
 
-    // Rank stability: a mixed group (every implementation, 4 variants each), scored twice
-    // as one job per candidate and twice as one group job.
-    let group = variants(&task, 16, 7);
-    let single = |tag: usize| -> Vec<f64> {
-        let subs: Vec<Submission> = group.iter().map(|s| fresh(s.text(), tag)).collect();
-        let evals: Vec<Evaluation> = subs
-            .iter()
-            .map(|s| e.evaluate(&task, s, Stage::Timing))
-            .collect();
-        raw_speedups(&evals)
-    };
-    let grouped = |tag: usize| -> Vec<f64> {
-        let subs: Vec<Submission> = group.iter().map(|s| fresh(s.text(), tag)).collect();
-        raw_speedups(&e.evaluate_batch(&task, &subs, Stage::Timing))
-    };
-    let (s1, s2) = (single(71), single(72));
-    let (g1, g2) = (grouped(73), grouped(74));
-    rows.push((
-        "rank stability, group of 16 scored twice: per-candidate jobs (Kendall tau)".into(),
-        format!("{:.3}", kendall(&s1, &s2)),
-    ));
-    rows.push((
-        "rank stability, group of 16 scored twice: group jobs (Kendall tau)".into(),
-        format!("{:.3}", kendall(&g1, &g2)),
-    ));
+    rows.extend(rank_rows(&e, &task));
 
     // 64 candidates over 8 tasks, one group per task, against the GPU time of the launches.
     let root = std::path::Path::new(&dir)
