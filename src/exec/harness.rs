@@ -156,6 +156,27 @@ impl ConfigMemory {
     }
 }
 
+/// Where a job's wall time went (`$CUDAPERF_TRACE_JOBS`: a file that gets one JSON line per
+/// job). Host-side figures only; they change nothing in the job.
+#[derive(Debug, Default, serde::Serialize)]
+pub(crate) struct JobTrace {
+    pub members: usize,
+    pub wall_ms: f64,
+    pub load_ms: f64,
+    pub alloc_ms: f64,
+    pub check_ms: f64,
+    pub time_ms: f64,
+    pub reset_ms: f64,
+    /// Runner runs: how many, the host wall time of their calls, their GPU time.
+    pub runs: u32,
+    pub run_call_ms: f64,
+    pub run_gpu_ms: f64,
+    /// The harness's waits for its own GPU work, and that work's GPU time.
+    pub syncs: u32,
+    pub sync_wait_ms: f64,
+    pub harness_gpu_ms: f64,
+}
+
 /// A job in progress: its deadline, its members, and the GPU time it used.
 pub(crate) struct JobState<'a> {
     pub job: &'a ExecJob,
@@ -167,6 +188,7 @@ pub(crate) struct JobState<'a> {
     /// GPU time of the harness's own launches (inputs, poison, checks), ms.
     pub harness_ms: f64,
     flush_counter: u32,
+    pub trace: JobTrace,
 }
 
 impl JobState<'_> {
@@ -377,8 +399,14 @@ impl Harness {
             runs_ms: 0.0,
             harness_ms: 0.0,
             flush_counter: (job.seed >> 32) as u32,
+            trace: JobTrace {
+                members: n,
+                ..Default::default()
+            },
         };
+        let started = Instant::now();
         let outcome = self.run_job(&mut st);
+        let reset = Instant::now();
         // The members' modules and memory go now, not at the next job (in parallel: each
         // runner scrubs its buffers before freeing them).
         std::thread::scope(|s| {
@@ -388,6 +416,11 @@ impl Harness {
                 });
             }
         });
+        st.trace.reset_ms = ms_since(reset);
+        st.trace.wall_ms = ms_since(started);
+        st.trace.run_gpu_ms = st.runs_ms;
+        st.trace.harness_gpu_ms = st.harness_ms;
+        write_trace(&st.trace);
         let mut restart = false;
         let job_gpu_ms = st.runs_ms + st.harness_ms;
         let results = match outcome {
@@ -476,6 +509,7 @@ impl Harness {
             .map_err(|f| Fault::Reference(format!("the reference failed to load: {f}")))?;
         // Members load in parallel: a runner that has to start first (process, CUDA
         // context) costs a few hundred milliseconds.
+        let t = Instant::now();
         let limit = self.limit(st)?.min(st.run_limit);
         let loads: Vec<Result<(), RunnerFault>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
@@ -502,6 +536,7 @@ impl Harness {
                 st.stop(i, s);
             }
         }
+        st.trace.load_ms = ms_since(t);
         let cap = if job.max_device_bytes > 0 {
             job.max_device_bytes
         } else {
@@ -536,14 +571,22 @@ impl Harness {
             if st.active().is_empty() {
                 break;
             }
+            let t = Instant::now();
             let mem = self.alloc_config(st, c)?;
+            st.trace.alloc_ms += ms_since(t);
+            let t = Instant::now();
             self.check_config(st, k, c, &mem)?;
+            st.trace.check_ms += ms_since(t);
             if k == job.timing_config {
                 if let Some(opts) = job.timing {
+                    let t = Instant::now();
                     self.time_config(st, c, &mem, &opts, ref_key)?;
+                    st.trace.time_ms += ms_since(t);
                 }
             }
+            let t = Instant::now();
             drop(mem);
+            st.trace.alloc_ms += ms_since(t);
         }
         Ok(())
     }
@@ -573,23 +616,49 @@ impl Harness {
             .alloc(rb.clone(), limit)
             .map_err(|f| Fault::Reference(format!("the reference's buffers: {f}")))?;
         let reference = self.map_side(job, &handles, &rb, "reference", false)?;
+        // The members' runners allocate in parallel (each a process round trip and a few
+        // large cuMemAllocs); the harness then maps their buffers one by one.
+        let limit = self.limit(st)?.min(st.run_limit);
+        let active: Vec<bool> = (0..job.candidates.len())
+            .map(|i| st.members[i].active())
+            .collect();
+        let bytes: Vec<Vec<u64>> = (0..job.candidates.len())
+            .map(|i| side_bytes(job, c, &c.candidates[i], &job.candidates[i].scratch))
+            .collect();
+        let allocs: Vec<Option<Result<Vec<super::driver::IpcHandle>, RunnerFault>>> =
+            std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .runners
+                    .iter_mut()
+                    .zip(&bytes)
+                    .zip(&active)
+                    .map(|((r, cb), &on)| on.then(|| s.spawn(move || r.alloc(cb.clone(), limit))))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.map(|h| {
+                            h.join().unwrap_or_else(|_| {
+                                Err(RunnerFault::Unavailable(
+                                    "an allocating thread panicked".into(),
+                                ))
+                            })
+                        })
+                    })
+                    .collect()
+            });
         let mut members = Vec::new();
-        for i in 0..job.candidates.len() {
-            if !st.members[i].active() {
-                members.push(None);
-                continue;
-            }
-            let cb = side_bytes(job, c, &c.candidates[i], &job.candidates[i].scratch);
-            let limit = self.limit(st)?.min(st.run_limit);
-            match self.runners[i].alloc(cb.clone(), limit) {
-                Ok(handles) => members.push(Some(self.map_side(
+        for (i, a) in allocs.into_iter().enumerate() {
+            match a {
+                None => members.push(None),
+                Some(Ok(handles)) => members.push(Some(self.map_side(
                     job,
                     &handles,
-                    &cb,
+                    &bytes[i],
                     "candidate",
                     true,
                 )?)),
-                Err(f) => {
+                Some(Err(f)) => {
                     let s = member_status(f, st.run_limit)?;
                     st.stop(i, s);
                     members.push(None);
@@ -635,7 +704,10 @@ impl Harness {
     /// Stops the harness clock and waits for the stream; adds the span to the job.
     pub fn clock_stop_sync(&self, st: &mut JobState, what: &str) -> Run<()> {
         ours(self.clock.1.record(self.gpu.stream()))?;
+        let t = Instant::now();
         ours(self.gpu.sync(|| format!("synchronize after {what}")))?;
+        st.trace.syncs += 1;
+        st.trace.sync_wait_ms += ms_since(t);
         st.harness_ms += f64::from(ours(self.clock.1.elapsed_since(&self.clock.0))?);
         Ok(())
     }
@@ -693,6 +765,21 @@ impl Harness {
         };
         st.flush_counter = st.flush_counter.wrapping_mul(2_654_435_761).wrapping_add(1);
         let flush = (flush_bytes, st.flush_counter);
+        let t = Instant::now();
+        let out = self.run_side(st, who, plan, flush, limit);
+        st.trace.runs += 1;
+        st.trace.run_call_ms += ms_since(t);
+        out
+    }
+
+    fn run_side(
+        &mut self,
+        st: &mut JobState,
+        who: Who,
+        plan: &SidePlan,
+        flush: (u64, u32),
+        limit: Duration,
+    ) -> Run<SideRun<f64>> {
         match who {
             Who::Reference => {
                 let ms = self
@@ -722,5 +809,26 @@ impl Harness {
     /// Statistics slots for a job's checks in flight.
     pub fn slots(&self, n: usize) -> Run<StatsSlots> {
         ours(StatsSlots::new(&self.gpu, n))
+    }
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Appends the job's trace to `$CUDAPERF_TRACE_JOBS`, when set (best effort: a diagnostic).
+fn write_trace(trace: &JobTrace) {
+    let Some(path) = std::env::var_os("CUDAPERF_TRACE_JOBS") else {
+        return;
+    };
+    if let Ok(line) = serde_json::to_string(trace) {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{line}");
+        }
     }
 }
