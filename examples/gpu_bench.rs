@@ -203,10 +203,18 @@ fn main() {
     if std::env::var_os("GPU_BENCH_GROUP_ONLY").is_some() {
         // Only the group of 16 (1 worker per GPU), three times: for comparing settings
         // such as $CUDAPERF_CTX_SCHED within one device call.
-        let warm: Vec<Submission> = (0..16).map(|k| fresh(&source, 900 + k)).collect();
+        // $GPU_BENCH_GROUP_SIZE members (default 16) over every visible GPU.
+        let size: usize = std::env::var("GPU_BENCH_GROUP_SIZE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16);
+        if let Ok(x) = e.executor() {
+            println!("GPUs: {:?}, {} worker(s)", x.gpus(), x.workers());
+        }
+        let warm: Vec<Submission> = (0..size).map(|k| fresh(&source, 900 + k)).collect();
         let _ = e.evaluate_batch(&task, &warm, Stage::Timing);
         for r in 0..3 {
-            let subs: Vec<Submission> = (0..16)
+            let subs: Vec<Submission> = (0..size)
                 .map(|k| fresh(&source, 5000 + 100 * r + k))
                 .collect();
             let t = Instant::now();
@@ -226,7 +234,7 @@ fn main() {
                 }
             }
             println!(
-                "group of 16 (run {r}): {secs:.3} s wall, {:.3} s GPU, {ok}/16 correct, median raw speedup {:.4}",
+                "group of {size} (run {r}): {secs:.3} s wall, {:.3} s GPU, {ok}/{size} correct, median raw speedup {:.4}",
                 jobs.values().sum::<f64>() / 1e3,
                 median(raw_speedups(&evals))
             );
