@@ -219,6 +219,52 @@ fn queue_full_and_deadline() {
     }
 }
 
+/// A deadline that passes while one completion still compiles answers the others with their
+/// own verdicts: a completion without code and one that only needed compiling (`dhrcl` at
+/// step 0) are final long before a template bomb finishes; only the bomb is `timeout`.
+#[test]
+fn deadline_answers_what_is_done() {
+    if !nvrtc() {
+        return;
+    }
+    let (_serve, url) = start_serve(&["--workers", "1", "--compile-timeout", "8"]);
+    let bomb =
+        std::fs::read_to_string(manifest_dir().join("fixtures/bad/slow_compile.cu")).unwrap();
+    let a = agent(Duration::from_secs(60));
+    let t = Instant::now();
+    let r = post_json(
+        &a,
+        &format!("{url}/v1/score"),
+        &json!({"task": "vector_add", "deadline_ms": 3000, "reward": "dhrcl",
+                "completions": ["no code here, sorry", fenced(&bomb),
+                                fresh_vector_add(&format!("partial {:?}", Instant::now()))]}),
+    );
+    let waited = t.elapsed();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        waited < Duration::from_secs(7),
+        "answered after {waited:?}, not at the deadline"
+    );
+    let results = r.json()["results"].as_array().unwrap().clone();
+    let verdicts: Vec<&str> = results
+        .iter()
+        .map(|x| x["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        verdicts,
+        ["extract_error", "timeout", "compiled"],
+        "{results:?}"
+    );
+    assert!(results[0]["value"].is_number(), "{results:?}");
+    assert_eq!(results[2]["value"], 1.0);
+    assert!(results[1]["value"].is_null());
+    for i in [0, 2] {
+        assert!(results[i]["feedback"]
+            .as_str()
+            .is_some_and(|f| !f.is_empty()));
+    }
+}
+
 /// SIGTERM: the server stops accepting, answers what it accepted, and exits 0.
 #[test]
 fn sigterm_finishes_accepted_requests() {

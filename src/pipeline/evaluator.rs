@@ -100,6 +100,15 @@ impl Evaluation {
         Verdict::of(&self.stages, upto)
     }
 
+    /// Whether the GPU stages have nothing to run for this submission: it has no compiled
+    /// module or no valid launch plan, so its report is final after the stages that need no
+    /// GPU (an invalid plan is reported without a device).
+    pub fn gpu_stages_moot(&self) -> bool {
+        self.module.is_none()
+            || self.candidate.is_none()
+            || self.plan.as_ref().is_none_or(|p| p.resolved.is_err())
+    }
+
     /// The syntax tree of the code, once the syntax stage has run.
     pub fn tree(&self) -> Option<&SourceTree> {
         self.tree.as_deref()
@@ -299,8 +308,33 @@ impl Evaluator {
             .collect()
     }
 
+    /// Evaluates submissions up to `upto`, at most [`Stage::Ranker`] (the stages that need no
+    /// GPU), in parallel on the compile workers' threads, and calls `done(i, &evaluation)` for
+    /// each submission as soon as its own stages are through — from those threads, in no
+    /// particular order. A server uses it to answer what is done when a request's deadline
+    /// passes while another completion still compiles.
+    pub fn evaluate_cpu_stages_with(
+        &self,
+        task: &Task,
+        subs: &[Submission],
+        upto: Stage,
+        done: &(dyn Fn(usize, &Evaluation) + Sync),
+    ) -> Vec<Evaluation> {
+        self.evaluate_parallel_with(task, subs, upto.min(Stage::Ranker), done)
+    }
+
     /// Evaluates submissions up to `upto` on the compile workers' threads.
     fn evaluate_parallel(&self, task: &Task, subs: &[Submission], upto: Stage) -> Vec<Evaluation> {
+        self.evaluate_parallel_with(task, subs, upto, &|_, _| {})
+    }
+
+    fn evaluate_parallel_with(
+        &self,
+        task: &Task,
+        subs: &[Submission],
+        upto: Stage,
+        done: &(dyn Fn(usize, &Evaluation) + Sync),
+    ) -> Vec<Evaluation> {
         let threads = self.options.compile.workers.max(1).min(subs.len().max(1));
         let next = Mutex::new(0usize);
         let out: Mutex<Vec<Option<Evaluation>>> = Mutex::new(vec![None; subs.len()]);
@@ -317,6 +351,7 @@ impl Evaluator {
                         return;
                     }
                     let e = self.evaluate(task, &subs[k], upto);
+                    done(k, &e);
                     out.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(e);
                 });
             }

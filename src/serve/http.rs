@@ -30,7 +30,7 @@ use super::metrics::Metrics;
 use super::pool::{LocalJob, LocalPool, Rejected};
 use super::queue::{QueueClient, QueueError};
 use super::request::{parse, Limits};
-use super::score::{timeout_item, JobOutcome};
+use super::score::{timeout_item, JobOutcome, PartialResults};
 use super::tasks::TaskStore;
 
 /// Where accepted jobs go.
@@ -164,6 +164,9 @@ async fn score_inner(
     let task_id = parsed.task.id.clone();
     let step = parsed.job.step;
     let reward_name = parsed.reward.name();
+    // Local mode: completions whose results were final before the deadline are answered
+    // even when the group as a whole is not.
+    let partial: Arc<PartialResults> = Arc::new(std::sync::Mutex::new(vec![None; n]));
     let answer: Option<(JobOutcome, f64)> = match &st.backend {
         Backend::Local(pool) => {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -174,6 +177,7 @@ async fn score_inner(
                 deadline_ms,
                 enqueued: Instant::now(),
                 reply: tx,
+                partial: Arc::clone(&partial),
             };
             match pool.try_submit(job) {
                 Ok(()) => {}
@@ -261,9 +265,14 @@ async fn score_inner(
             (o, q)
         }
         None => {
+            let done = partial.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let o = JobOutcome {
                 reward: reward_name.clone(),
-                results: (0..n).map(|i| timeout_item(i, deadline_ms)).collect(),
+                results: done
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| r.unwrap_or_else(|| timeout_item(i, deadline_ms)))
+                    .collect(),
                 score_ms: 0.0,
                 stages: Default::default(),
                 scored_by: String::new(),

@@ -329,7 +329,7 @@ impl Node {
         let who = consumer.to_string();
         let deadline_ms = ms_until(spec.deadline_unix_ms);
         match tokio::task::spawn_blocking(move || {
-            run_job(&ev, &task, &spec, reward.as_ref(), deadline_ms, &who)
+            run_job(&ev, &task, &spec, reward.as_ref(), deadline_ms, &who, None)
         })
         .await
         {

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::api::JobSpec;
 use super::metrics::Metrics;
-use super::score::{run_job, JobOutcome};
+use super::score::{run_job, JobOutcome, PartialResults};
 use crate::reward::{Evaluator, Reward};
 use crate::task::Task;
 
@@ -22,6 +22,9 @@ pub(crate) struct LocalJob {
     pub deadline_ms: u64,
     pub enqueued: Instant,
     pub reply: oneshot::Sender<(JobOutcome, f64)>,
+    /// Results that are final before the whole group is (see [`run_job`]); what the
+    /// requester answers if its deadline passes first.
+    pub partial: Arc<PartialResults>,
 }
 
 /// Why a job was not accepted.
@@ -137,6 +140,7 @@ fn worker_loop(
             job.reward.as_ref(),
             job.deadline_ms,
             "local",
+            Some(&job.partial),
         );
         depth.fetch_sub(1, Ordering::SeqCst);
         // The requester may have given up (deadline); its answer is then dropped, while

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::api::{ItemResult, JobSpec};
 use crate::exec::ExecStatus;
 use crate::reward::{
-    Context, Evaluator, Reward, RewardError, RewardReport, Scored, Stage, Stages, Submission,
-    Verdict,
+    Context, Evaluation, Evaluator, Reward, RewardError, RewardReport, Scored, Stage, Stages,
+    Submission, Verdict,
 };
 use crate::task::Task;
 
@@ -95,6 +95,11 @@ pub fn unavailable_items(n: usize, reason: &str) -> Vec<ItemResult> {
 /// A job whose deadline has passed is answered `timeout` without running; a panic in the
 /// pipeline is caught and answered `unavailable` for the whole group (the server keeps
 /// serving).
+///
+/// With `partial`, each completion's result is put there as soon as it is final — after
+/// the stages that need no GPU when the reward reads no more, or when the GPU stages have
+/// nothing to run (no code, a compile error, an invalid launch) — so a caller whose
+/// deadline passes first can answer those and mark only the rest `timeout`.
 pub fn run_job(
     evaluator: &Evaluator,
     task: &Task,
@@ -102,6 +107,7 @@ pub fn run_job(
     reward: &dyn Reward,
     deadline_ms: u64,
     scored_by: &str,
+    partial: Option<&PartialResults>,
 ) -> JobOutcome {
     let start = Instant::now();
     let n = job.completions.len();
@@ -123,24 +129,34 @@ pub fn run_job(
             .map(|c| Submission::from_completion(c.as_str()))
             .collect();
         let ctx = Context::new(task, evaluator).at_step(job.step);
-        (score_group(reward, &ctx, &subs), reward.needs(&ctx), subs)
+        let needs = reward.needs(&ctx);
+        if let Some(partial) = partial {
+            let publish = |k: usize, eval: &Evaluation| {
+                if needs > Stage::Ranker && !eval.gpu_stages_moot() {
+                    return;
+                }
+                // Final already: the reward reads nothing a GPU would add.
+                let r = reward.score(&ctx, &subs[k]);
+                let item = result_of(task, &subs, k, r, job.report, needs, None);
+                partial.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(item);
+            };
+            evaluator.evaluate_cpu_stages_with(task, &subs, needs, &publish);
+        }
+        (score_group(reward, &ctx, &subs), needs, subs)
     }));
     match run {
         Ok((scored, needs, subs)) => {
             for (index, r) in scored.into_iter().enumerate() {
-                let report = match &r {
-                    Ok(s) => Some(&s.report),
-                    Err(RewardError::Unavailable { report, .. }) => Some(&**report),
-                };
-                // Next-turn feedback on the code that was evaluated (line numbers refer to it).
-                let feedback = report.map(|rep| {
-                    collect_stage_times(&rep.stages, &mut outcome.stages);
-                    let code = subs[index].code().unwrap_or(subs[index].text());
-                    crate::rl::feedback(task, rep, code, &Default::default()).text()
-                });
-                outcome
-                    .results
-                    .push(item_result(index, r, job.report, needs, feedback));
+                let item = result_of(
+                    task,
+                    &subs,
+                    index,
+                    r,
+                    job.report,
+                    needs,
+                    Some(&mut outcome.stages),
+                );
+                outcome.results.push(item);
             }
         }
         Err(panic) => {
@@ -156,6 +172,32 @@ pub fn run_job(
     }
     outcome.score_ms = start.elapsed().as_secs_f64() * 1e3;
     outcome
+}
+
+/// Results put aside as they become final (see [`run_job`]), one slot per completion.
+pub type PartialResults = std::sync::Mutex<Vec<Option<ItemResult>>>;
+
+/// A completion's result with its next-turn feedback (on the code that was evaluated: line
+/// numbers refer to it); adds its stage times to `times` when given.
+fn result_of(
+    task: &Task,
+    subs: &[Submission],
+    index: usize,
+    r: crate::reward::Result<Scored>,
+    with_report: bool,
+    needs: Stage,
+    times: Option<&mut StageTimes>,
+) -> ItemResult {
+    let report = match &r {
+        Ok(s) => &s.report,
+        Err(RewardError::Unavailable { report, .. }) => &**report,
+    };
+    if let Some(t) = times {
+        collect_stage_times(&report.stages, t);
+    }
+    let code = subs[index].code().unwrap_or(subs[index].text());
+    let feedback = crate::rl::feedback(task, report, code, &Default::default()).text();
+    item_result(index, r, with_report, needs, Some(feedback))
 }
 
 fn collect_stage_times(stages: &Stages, out: &mut StageTimes) {
