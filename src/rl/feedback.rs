@@ -167,6 +167,37 @@ fn render_item(item: &FeedbackItem) -> String {
     s
 }
 
+/// The lines of a source, split only as far as the furthest line asked for (most findings
+/// sit in the kernel body; the rest of the file need not be scanned).
+struct LineIndex<'a> {
+    /// Lines found so far, and the text not yet split.
+    state: std::cell::RefCell<(Vec<&'a str>, &'a str)>,
+}
+
+impl<'a> LineIndex<'a> {
+    fn new(source: &'a str) -> LineIndex<'a> {
+        LineIndex {
+            state: std::cell::RefCell::new((Vec::new(), source)),
+        }
+    }
+
+    /// Line `n` (1-based), without its line ending.
+    fn line(&self, n: u32) -> Option<&'a str> {
+        let want = (n as usize).checked_sub(1)?;
+        let mut st = self.state.borrow_mut();
+        let (lines, rest) = &mut *st;
+        while lines.len() <= want && !rest.is_empty() {
+            let (line, tail) = match rest.find('\n') {
+                Some(i) => (&rest[..i], &rest[i + 1..]),
+                None => (*rest, ""),
+            };
+            lines.push(line.strip_suffix('\r').unwrap_or(line));
+            *rest = tail;
+        }
+        lines.get(want).copied()
+    }
+}
+
 fn truncate_chars(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_string();
@@ -268,12 +299,8 @@ pub fn feedback(
 ) -> Feedback {
     let s = &report.stages;
     let verdict = verdict_of(s);
-    // Split on first use only: many reports quote no line at all.
-    let lines: std::cell::OnceCell<Vec<&str>> = std::cell::OnceCell::new();
-    let line_of = |n: u32| -> Option<&str> {
-        let lines = lines.get_or_init(|| source.lines().collect());
-        lines.get(n.checked_sub(1)? as usize).copied()
-    };
+    let lines = LineIndex::new(source);
+    let line_of = |n: u32| lines.line(n);
     let quote = |line: Option<u32>| -> Option<String> {
         if !opts.quote_source {
             return None;
@@ -954,6 +981,19 @@ fn fmt_value(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn line_index_splits_as_far_as_asked() {
+        let idx = LineIndex::new("a\r\nbb\n\nlast");
+        assert_eq!(idx.line(2), Some("bb"));
+        assert_eq!(idx.state.borrow().0.len(), 2, "line 3 and on not split yet");
+        assert_eq!(idx.line(1), Some("a"));
+        assert_eq!(idx.line(3), Some(""));
+        assert_eq!(idx.line(4), Some("last"));
+        assert_eq!(idx.line(5), None);
+        assert_eq!(idx.line(0), None);
+        assert_eq!(LineIndex::new("").line(1), None);
+    }
 
     #[test]
     fn compile_errors_are_read_with_their_lines() {
