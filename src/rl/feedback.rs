@@ -187,7 +187,7 @@ impl<'a> LineIndex<'a> {
         let mut st = self.state.borrow_mut();
         let (lines, rest) = &mut *st;
         while lines.len() <= want && !rest.is_empty() {
-            let (line, tail) = match rest.find('\n') {
+            let (line, tail) = match memchr::memchr(b'\n', rest.as_bytes()) {
                 Some(i) => (&rest[..i], &rest[i + 1..]),
                 None => (*rest, ""),
             };
