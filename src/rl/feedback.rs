@@ -118,19 +118,25 @@ impl Feedback {
         const RESERVE: usize = 40;
         let mut omitted = 0;
         for (i, item) in self.items.iter().enumerate() {
-            let block = render_item(item);
-            let len = block.chars().count() + 1;
+            if omitted > 0 {
+                omitted += 1;
+                continue;
+            }
+            // Rendered in place, taken back if it does not fit.
+            let mark = out.len();
+            out.push('\n');
+            render_item_into(&mut out, item);
+            let len = char_len(&out[mark..]);
             let last = i + 1 == self.items.len();
             let room = if last {
                 max
             } else {
                 max.saturating_sub(RESERVE)
             };
-            if omitted == 0 && used + len <= room {
-                out.push('\n');
-                out.push_str(&block);
+            if used + len <= room {
                 used += len;
             } else {
+                out.truncate(mark);
                 omitted += 1;
             }
         }
@@ -153,18 +159,16 @@ impl fmt::Display for Feedback {
     }
 }
 
-fn render_item(item: &FeedbackItem) -> String {
-    let quote_len = item.quote.as_ref().map_or(0, |q| q.len() + 5);
-    let mut s = String::with_capacity(item.message.len() + quote_len + 20);
+fn render_item_into(s: &mut String, item: &FeedbackItem) {
     s.push_str("- ");
     if let Some(l) = item.line {
         let _ = write!(s, "line {l}: ");
     }
     s.push_str(&item.message);
     if let Some(q) = &item.quote {
-        let _ = write!(s, "\n    {q}");
+        s.push_str("\n    ");
+        s.push_str(q);
     }
-    s
 }
 
 /// The lines of a source, split only as far as the furthest line asked for (most findings
@@ -198,8 +202,18 @@ impl<'a> LineIndex<'a> {
     }
 }
 
+/// Characters in `s` (bytes when ASCII, the common case: no decoding).
+fn char_len(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
+}
+
 fn truncate_chars(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
+    // A string of at most `max` bytes has at most `max` characters.
+    if s.len() <= max || char_len(s) <= max {
         return s.to_string();
     }
     let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
