@@ -20,12 +20,18 @@ use cudaperf::task::Task;
 /// Kendall's tau between two scorings of the same members (pairs tied in either count as
 /// discordant halves).
 fn kendall(a: &[f64], b: &[f64]) -> f64 {
+    kendall_where(a, b, |_, _| true)
+}
+
+/// Kendall's tau over the pairs `(i, j)` that `keep` accepts.
+fn kendall_where(a: &[f64], b: &[f64], keep: impl Fn(usize, usize) -> bool) -> f64 {
     let (mut conc, mut total) = (0.0, 0.0);
     for i in 0..a.len() {
         for j in i + 1..a.len() {
-            let s = (a[i] - a[j]).signum() * (b[i] - b[j]).signum();
-            conc += s;
-            total += 1.0;
+            if keep(i, j) {
+                conc += (a[i] - a[j]).signum() * (b[i] - b[j]).signum();
+                total += 1.0;
+            }
         }
     }
     if total == 0.0 {
@@ -51,6 +57,21 @@ fn copies_cv(scorings: &[Vec<f64>], impls: usize) -> f64 {
         }
     }
     median(cvs)
+}
+
+/// GPU time of the jobs these evaluations were scored in, ms: every member of a job reports
+/// the job's time, so each job counts once.
+fn jobs_gpu_ms(evals: &[Evaluation]) -> f64 {
+    let mut jobs = std::collections::BTreeMap::new();
+    for v in evals {
+        if let Some(x) = &v.stages.execute {
+            jobs.insert(
+                ((x.job_gpu_millis * 1e6) as u64, x.job_members),
+                x.job_gpu_millis,
+            );
+        }
+    }
+    jobs.values().sum()
 }
 
 fn raw_speedups(evals: &[Evaluation]) -> Vec<f64> {
@@ -101,20 +122,7 @@ fn rank_rows(e: &Evaluator, task: &Task) -> Vec<(String, String)> {
     // The copies of one implementation are equally fast, so their order is pure noise and
     // caps tau near 0.8; what matters to GRPO is how far apart the measurement puts them.
     let impls = task.all_implementations().count().max(1);
-    let between = |a: &[f64], b: &[f64]| {
-        let keep = |x: &[f64]| -> Vec<(usize, f64)> { x.iter().copied().enumerate().collect() };
-        let (a, b) = (keep(a), keep(b));
-        let (mut conc, mut total) = (0.0, 0.0);
-        for i in 0..a.len() {
-            for j in i + 1..a.len() {
-                if a[i].0 % impls != a[j].0 % impls {
-                    conc += (a[i].1 - a[j].1).signum() * (b[i].1 - b[j].1).signum();
-                    total += 1.0;
-                }
-            }
-        }
-        conc / total
-    };
+    let between = |a: &[f64], b: &[f64]| kendall_where(a, b, |i, j| i % impls != j % impls);
     out.push((
         "Kendall tau over pairs of different implementations: per-candidate / group jobs".into(),
         format!("{:.3} / {:.3}", between(&s1, &s2), between(&g1, &g2)),
@@ -224,18 +232,9 @@ fn main() {
                 .iter()
                 .filter(|v| v.verdict().as_str() == "correct")
                 .count();
-            let mut jobs = std::collections::BTreeMap::new();
-            for v in &evals {
-                if let Some(x) = &v.stages.execute {
-                    jobs.insert(
-                        ((x.job_gpu_millis * 1e6) as u64, x.job_members),
-                        x.job_gpu_millis,
-                    );
-                }
-            }
             println!(
                 "group of {size} (run {r}): {secs:.3} s wall, {:.3} s GPU, {ok}/{size} correct, median raw speedup {:.4}",
-                jobs.values().sum::<f64>() / 1e3,
+                jobs_gpu_ms(&evals) / 1e3,
                 median(raw_speedups(&evals))
             );
         }
@@ -333,18 +332,9 @@ fn main() {
             format!("group of 16, {workers} worker(s)/GPU (s, {ok}/16 correct)"),
             format!("{secs:.2}"),
         ));
-        let mut jobs = std::collections::BTreeMap::new();
-        for v in &evals {
-            if let Some(x) = &v.stages.execute {
-                jobs.insert(
-                    ((x.job_gpu_millis * 1e6) as u64, x.job_members),
-                    x.job_gpu_millis,
-                );
-            }
-        }
         rows.push((
             format!("group of 16, {workers} worker(s)/GPU: GPU time of its launches (s)"),
-            format!("{:.2}", jobs.values().sum::<f64>() / 1e3),
+            format!("{:.2}", jobs_gpu_ms(&evals) / 1e3),
         ));
         if workers == 1 {
             // The same group scored 5 times: each member's speedup CV, median over members.
@@ -481,17 +471,7 @@ fn main() {
             .iter()
             .filter(|v| v.verdict().as_str() == "correct")
             .count();
-        // Every member of a job reports the job's GPU time: count each job once.
-        let mut jobs = std::collections::BTreeMap::new();
-        for v in &evals {
-            if let Some(x) = &v.stages.execute {
-                jobs.insert(
-                    ((x.job_gpu_millis * 1e6) as u64, x.job_members),
-                    x.job_gpu_millis,
-                );
-            }
-        }
-        gpu_ms += jobs.values().sum::<f64>();
+        gpu_ms += jobs_gpu_ms(&evals);
     }
     let wall = t0.elapsed().as_secs_f64() * 1e3;
     rows.push((

@@ -8,7 +8,9 @@
 //! 3. set B: must match again, and a member's output must change when the reference's does.
 
 use super::driver::DevSlice;
-use super::harness::{ours, ConfigMemory, Harness, JobState, Run, SidePlan, SideRun, Who};
+use super::harness::{
+    ours, ConfigMemory, ConfigPlans, Harness, JobState, Run, SidePlan, SideRun, Who,
+};
 use super::job::JobConfig;
 use super::report::{ConfigCheck, Mismatch};
 use super::support::{Stats, StatsSlots};
@@ -163,15 +165,10 @@ impl Harness {
         k: usize,
         c: &JobConfig,
         mem: &ConfigMemory,
+        plans: &ConfigPlans,
     ) -> Run<()> {
         let job = st.job;
         let slots = self.slots(job.buffers.len().max(1))?;
-        let rplan = SidePlan::new(job, c, &c.reference);
-        let plans: Vec<SidePlan> = c
-            .candidates
-            .iter()
-            .map(|p| SidePlan::new(job, c, p))
-            .collect();
         let mut checks: Vec<ConfigCheck> = (0..job.candidates.len())
             .map(|_| ConfigCheck {
                 config: c.name.clone(),
@@ -205,9 +202,9 @@ impl Harness {
         let mut sides = vec![Who::Reference];
         sides.extend(members_of(st));
         self.prepare(st, c, mem, &sides, seed_a)?;
-        self.run(st, Who::Reference, &rplan, false)?;
+        self.run(st, Who::Reference, &plans.reference, false)?;
         let mut again_ref = vec![0u64; job.candidates.len()];
-        for i in self.run_members(st, &plans)? {
+        for i in self.run_members(st, &plans.members)? {
             let Some(side) = mem.side(Who::Member(i)) else {
                 continue;
             };
@@ -230,7 +227,7 @@ impl Harness {
         // Set A again, members only, on fresh poison: races and first-call-only work.
         let members = members_of(st);
         self.prepare(st, c, mem, &members, seed_a)?;
-        for i in self.run_members(st, &plans)? {
+        for i in self.run_members(st, &plans.members)? {
             let Some(side) = mem.side(Who::Member(i)) else {
                 continue;
             };
@@ -248,8 +245,8 @@ impl Harness {
             let mut sides = vec![Who::Reference];
             sides.extend(members_of(st));
             self.prepare(st, c, mem, &sides, seed_b)?;
-            self.run(st, Who::Reference, &rplan, false)?;
-            for i in self.run_members(st, &plans)? {
+            self.run(st, Who::Reference, &plans.reference, false)?;
+            for i in self.run_members(st, &plans.members)? {
                 let Some(side) = mem.side(Who::Member(i)) else {
                     continue;
                 };

@@ -273,6 +273,25 @@ pub(crate) struct SidePlan {
     pub zero: Vec<usize>,
 }
 
+/// The runner launches of every side of one config, built once for its checks and timing.
+pub(crate) struct ConfigPlans {
+    pub reference: SidePlan,
+    pub members: Vec<SidePlan>,
+}
+
+impl ConfigPlans {
+    pub fn new(job: &ExecJob, c: &JobConfig) -> ConfigPlans {
+        ConfigPlans {
+            reference: SidePlan::new(job, c, &c.reference),
+            members: c
+                .candidates
+                .iter()
+                .map(|p| SidePlan::new(job, c, p))
+                .collect(),
+        }
+    }
+}
+
 impl SidePlan {
     pub fn new(job: &ExecJob, c: &JobConfig, plan: &ResolvedPlan) -> SidePlan {
         let nb = job.buffers.len();
@@ -574,13 +593,14 @@ impl Harness {
             let t = Instant::now();
             let mem = self.alloc_config(st, c)?;
             st.trace.alloc_ms += ms_since(t);
+            let plans = ConfigPlans::new(job, c);
             let t = Instant::now();
-            self.check_config(st, k, c, &mem)?;
+            self.check_config(st, k, c, &mem, &plans)?;
             st.trace.check_ms += ms_since(t);
             if k == job.timing_config {
                 if let Some(opts) = job.timing {
                     let t = Instant::now();
-                    self.time_config(st, c, &mem, &opts, ref_key)?;
+                    self.time_config(st, c, &mem, &plans, &opts, ref_key)?;
                     st.trace.time_ms += ms_since(t);
                 }
             }

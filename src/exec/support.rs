@@ -171,10 +171,7 @@ impl Support {
         f: &Fill,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
-        if n == 0 {
-            return Ok(());
-        }
-        let mut args = vec![
+        let args = vec![
             arg_u64(dst.ptr),
             arg_u64(n),
             arg_u64(seed),
@@ -182,15 +179,9 @@ impl Support {
             arg_f64(f.a),
             arg_f64(f.b),
         ];
-        driver::launch(
-            self.fill[&dtype],
-            self.grid(n),
-            [256, 1, 1],
-            0,
-            stream,
-            &mut args,
-            || format!("filling inputs ({dtype})"),
-        )
+        self.launch(self.fill[&dtype], n, args, stream, || {
+            format!("filling inputs ({dtype})")
+        })
     }
 
     /// Compares `n` elements of `got` with `want` into a statistics slot.
@@ -206,10 +197,7 @@ impl Support {
         slot: DevSlice,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
-        if n == 0 {
-            return Ok(());
-        }
-        let mut args = vec![
+        let args = vec![
             arg_u64(got.ptr),
             arg_u64(want.ptr),
             arg_u64(n),
@@ -218,15 +206,9 @@ impl Support {
             arg_i32(nan_equal as i32),
             arg_u64(slot.ptr),
         ];
-        driver::launch(
-            self.compare[&dtype],
-            self.grid(n),
-            [256, 1, 1],
-            0,
-            stream,
-            &mut args,
-            || format!("comparing outputs ({dtype})"),
-        )
+        self.launch(self.compare[&dtype], n, args, stream, || {
+            format!("comparing outputs ({dtype})")
+        })
     }
 
     /// Counts elements of `buf` that differ from what `fill` writes for `seed`.
@@ -241,10 +223,7 @@ impl Support {
         slot: DevSlice,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
-        if n == 0 {
-            return Ok(());
-        }
-        let mut args = vec![
+        let args = vec![
             arg_u64(buf.ptr),
             arg_u64(n),
             arg_u64(seed),
@@ -253,14 +232,31 @@ impl Support {
             arg_f64(f.b),
             arg_u64(slot.ptr),
         ];
+        self.launch(self.verify[&dtype], n, args, stream, || {
+            format!("verifying inputs ({dtype})")
+        })
+    }
+
+    /// Launches a harness kernel over `n` elements (nothing for none).
+    fn launch(
+        &self,
+        function: sys::CUfunction,
+        n: u64,
+        mut args: Vec<[u8; 8]>,
+        stream: sys::CUstream,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), CudaError> {
+        if n == 0 {
+            return Ok(());
+        }
         driver::launch(
-            self.verify[&dtype],
+            function,
             self.grid(n),
             [256, 1, 1],
             0,
             stream,
             &mut args,
-            || format!("verifying inputs ({dtype})"),
+            what,
         )
     }
 }

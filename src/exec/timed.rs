@@ -11,7 +11,9 @@
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use super::harness::{ours, ConfigMemory, Harness, JobState, Run, SidePlan, SideRun, Who};
+use super::harness::{
+    ours, ConfigMemory, ConfigPlans, Harness, JobState, Run, SidePlan, SideRun, Who,
+};
 use super::job::{JobConfig, TimingOptions};
 use super::report::{KernelOccupancy, TimingStage, PROTOCOL_VERSION};
 use super::timing::{self, derive_seed, domain, Schedule};
@@ -23,18 +25,18 @@ impl Harness {
         st: &mut JobState,
         c: &JobConfig,
         mem: &ConfigMemory,
+        plan: &SidePlan,
         opts: &TimingOptions,
         key: (u64, String),
     ) -> Run<f64> {
         if let Some(v) = self.calibration.get(&key) {
             return Ok(*v);
         }
-        let plan = SidePlan::new(st.job, c, &c.reference);
         let mut times = Vec::new();
         for i in 0..opts.calibration_runs.max(3) {
             let seed = derive_seed(st.job.seed, domain::CALIBRATION, u64::from(i));
             self.prepare(st, c, mem, &[Who::Reference], seed)?;
-            if let SideRun::Ok(ms) = self.run(st, Who::Reference, &plan, opts.flush_l2)? {
+            if let SideRun::Ok(ms) = self.run(st, Who::Reference, plan, opts.flush_l2)? {
                 if i > 0 {
                     times.push(ms * 1e3);
                 }
@@ -51,6 +53,7 @@ impl Harness {
         st: &mut JobState,
         c: &JobConfig,
         mem: &ConfigMemory,
+        plans: &ConfigPlans,
         opts: &TimingOptions,
         ref_key: u64,
     ) -> Run<()> {
@@ -63,16 +66,17 @@ impl Harness {
         if timed.is_empty() {
             return Ok(());
         }
-        let calibration = self.calibrate(st, c, mem, opts, (ref_key, c.name.clone()))?;
+        let calibration = self.calibrate(
+            st,
+            c,
+            mem,
+            &plans.reference,
+            opts,
+            (ref_key, c.name.clone()),
+        )?;
         let mut sched = Schedule::new(job.seed, opts);
         let mut order_rng =
             rand::rngs::SmallRng::seed_from_u64(derive_seed(job.seed, domain::SCHEDULE, 1));
-        let rplan = SidePlan::new(job, c, &c.reference);
-        let plans: Vec<SidePlan> = c
-            .candidates
-            .iter()
-            .map(|p| SidePlan::new(job, c, p))
-            .collect();
         let n = job.candidates.len();
         let max_batch = 12usize;
         let slots = self.slots(2 * max_batch * n)?;
@@ -100,8 +104,8 @@ impl Harness {
                 let mut times = Vec::new();
                 for who in sides {
                     let plan = match who {
-                        Who::Reference => &rplan,
-                        Who::Member(i) => &plans[i],
+                        Who::Reference => &plans.reference,
+                        Who::Member(i) => &plans.members[i],
                     };
                     match (who, self.run(st, who, plan, opts.flush_l2)?) {
                         (Who::Reference, SideRun::Ok(ms)) => r_ms = Some(ms),

@@ -162,49 +162,31 @@ impl GpuState {
                 }
             }
         }
-        let finish = |results: Vec<Option<ExecResult>>, fill: &dyn Fn() -> ExecResult| {
+        // Every member without a result yet gets `status`.
+        let finish = |results: Vec<Option<ExecResult>>, status: ExecStatus| {
             results
                 .into_iter()
-                .map(|r| r.unwrap_or_else(fill))
+                .map(|r| r.unwrap_or_else(|| ExecResult::status_only(status.clone())))
                 .collect::<Vec<_>>()
         };
+        let unavailable = |reason: String| ExecStatus::Unavailable { reason };
         if runnable.is_empty() {
-            return finish(results, &|| {
-                ExecResult::status_only(ExecStatus::Unavailable {
-                    reason: "no member to run".into(),
-                })
-            });
+            return finish(results, unavailable("no member to run".into()));
         }
         let executor = match self.executor() {
             Ok(x) => x,
-            Err(e) => {
-                let reason = e.to_string();
-                return finish(results, &|| {
-                    ExecResult::status_only(ExecStatus::Unavailable {
-                        reason: reason.clone(),
-                    })
-                });
-            }
+            Err(e) => return finish(results, unavailable(e.to_string())),
         };
         let plan0 = members[runnable[0]].plan;
         let reference = match self.reference(task, &plan0.configs, compiler, limits) {
             Ok(r) => r,
-            Err(reason) => {
-                return finish(results, &|| {
-                    ExecResult::status_only(ExecStatus::Unavailable {
-                        reason: reason.clone(),
-                    })
-                })
-            }
+            Err(reason) => return finish(results, unavailable(reason)),
         };
         let reference = match reference.as_ref() {
             Ok(r) => r,
             Err(reason) => {
-                return finish(results, &|| {
-                    ExecResult::status_only(ExecStatus::ReferenceFailed {
-                        reason: reason.clone(),
-                    })
-                })
+                let reason = reason.clone();
+                return finish(results, ExecStatus::ReferenceFailed { reason });
             }
         };
         // Identical sources run once; their results are shared.
@@ -253,11 +235,7 @@ impl GpuState {
                 results[k] = results[same_as[k]].clone();
             }
         }
-        finish(results, &|| {
-            ExecResult::status_only(ExecStatus::Unavailable {
-                reason: "no result for this candidate".into(),
-            })
-        })
+        finish(results, unavailable("no result for this candidate".into()))
     }
 
     /// Splits the members into jobs (at most [`MAX_JOB_MEMBERS`] each, spread over the GPU

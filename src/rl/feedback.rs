@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::{AccessClass, AccessKind, Features, Span};
 use crate::exec::{ConfigCheck, ExecStatus, TimingStage};
 use crate::pipeline::CompileStatus;
-use crate::reward::{RewardReport, Stages, Verdict};
+use crate::reward::{RewardReport, Stage, Stages, Verdict};
 use crate::task::Task;
 
 /// Settings of [`feedback`]; every field has a documented default.
@@ -275,34 +275,6 @@ pub fn next_turn_prompt(task: &Task, previous_code: &str, feedback: &Feedback) -
     p
 }
 
-/// The verdict of a report's stages (the same rules as [`crate::reward::Evaluation::verdict`]).
-fn verdict_of(s: &Stages) -> Verdict {
-    if !s.extract.ok {
-        return Verdict::ExtractError;
-    }
-    match &s.compile {
-        Some(c) if c.status == CompileStatus::Unavailable => return Verdict::Unavailable,
-        Some(c) if !c.ok => return Verdict::CompileError,
-        None => return Verdict::Unavailable,
-        _ => {}
-    }
-    if let Some(c) = &s.correctness {
-        return if c.passed {
-            Verdict::Correct
-        } else {
-            Verdict::Incorrect
-        };
-    }
-    match s.execute.as_ref().map(|e| &e.status) {
-        Some(ExecStatus::CudaError { .. }) => Verdict::CudaError,
-        Some(ExecStatus::InvalidLaunch { .. }) => Verdict::InvalidLaunch,
-        Some(ExecStatus::Timeout { .. }) => Verdict::Timeout,
-        Some(ExecStatus::Crashed { .. }) => Verdict::Crashed,
-        Some(ExecStatus::ReferenceFailed { .. }) => Verdict::ReferenceFailed,
-        _ => Verdict::Unavailable,
-    }
-}
-
 /// Feedback on a candidate from its report and source (the code that was evaluated: line
 /// numbers in the report refer to it).
 pub fn feedback(
@@ -312,7 +284,7 @@ pub fn feedback(
     opts: &FeedbackOptions,
 ) -> Feedback {
     let s = &report.stages;
-    let verdict = verdict_of(s);
+    let verdict = Verdict::of(s, Stage::Timing);
     let lines = LineIndex::new(source);
     let line_of = |n: u32| lines.line(n);
     let quote = |line: Option<u32>| -> Option<String> {

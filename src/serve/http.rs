@@ -110,6 +110,21 @@ fn with_retry_after(mut r: Response, seconds: u64) -> Response {
     r
 }
 
+/// `429` with `Retry-After`: `waiting` jobs fill the queue.
+fn queue_full(st: &AppState, waiting: usize) -> Response {
+    st.metrics.rejected.with_label_values(&["queue_full"]).inc();
+    with_retry_after(
+        error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "queue full: {waiting} jobs waiting (limit {}); retry later",
+                st.limits.queue_len
+            ),
+        ),
+        st.retry_after(),
+    )
+}
+
 fn record(st: &AppState, route: &str, status: StatusCode, start: Instant) {
     st.metrics
         .requests
@@ -181,20 +196,7 @@ async fn score_inner(
             };
             match pool.try_submit(job) {
                 Ok(()) => {}
-                Err(Rejected::Full) => {
-                    st.metrics.rejected.with_label_values(&["queue_full"]).inc();
-                    return with_retry_after(
-                        error(
-                            StatusCode::TOO_MANY_REQUESTS,
-                            format!(
-                                "queue full: {} jobs waiting (limit {}); retry later",
-                                pool.depth(),
-                                st.limits.queue_len
-                            ),
-                        ),
-                        st.retry_after(),
-                    );
-                }
+                Err(Rejected::Full) => return queue_full(st, pool.depth()),
                 Err(Rejected::Closed) => {
                     return with_retry_after(
                         error(
@@ -220,20 +222,7 @@ async fn score_inner(
         Backend::Queue(q) => {
             let (job_id, rx) = match q.submit(&parsed.job).await {
                 Ok(x) => x,
-                Err(QueueError::Full) => {
-                    st.metrics.rejected.with_label_values(&["queue_full"]).inc();
-                    return with_retry_after(
-                        error(
-                            StatusCode::TOO_MANY_REQUESTS,
-                            format!(
-                                "queue full: {} jobs waiting (limit {}); retry later",
-                                q.depth(),
-                                st.limits.queue_len
-                            ),
-                        ),
-                        st.retry_after(),
-                    );
-                }
+                Err(QueueError::Full) => return queue_full(st, q.depth()),
                 Err(e @ QueueError::Unavailable(_)) => {
                     st.metrics
                         .rejected

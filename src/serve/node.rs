@@ -428,18 +428,7 @@ impl Node {
                         .query_async(c)
                         .await?;
                 }
-                let _: () = redis::pipe()
-                    .cmd("XACK")
-                    .arg(q.jobs_key())
-                    .arg(q.group())
-                    .arg(entry_id)
-                    .ignore()
-                    .cmd("XDEL")
-                    .arg(q.jobs_key())
-                    .arg(entry_id)
-                    .ignore()
-                    .query_async(c)
-                    .await?;
+                let _: () = ack_and_delete(q, entry_id).query_async(c).await?;
                 Ok(())
             }
             .await;
@@ -468,20 +457,25 @@ impl Node {
     }
 
     async fn ack(&self, c: &mut MultiplexedConnection, entry_id: &str) {
-        let q = &self.cfg.queue;
-        let _: redis::RedisResult<()> = redis::pipe()
-            .cmd("XACK")
-            .arg(q.jobs_key())
-            .arg(q.group())
-            .arg(entry_id)
-            .ignore()
-            .cmd("XDEL")
-            .arg(q.jobs_key())
-            .arg(entry_id)
-            .ignore()
+        let _: redis::RedisResult<()> = ack_and_delete(&self.cfg.queue, entry_id)
             .query_async(c)
             .await;
     }
+}
+
+/// Acknowledges a stream entry in the consumer group and removes it from the stream.
+fn ack_and_delete(q: &QueueConfig, entry_id: &str) -> redis::Pipeline {
+    let mut p = redis::pipe();
+    p.cmd("XACK")
+        .arg(q.jobs_key())
+        .arg(q.group())
+        .arg(entry_id)
+        .ignore()
+        .cmd("XDEL")
+        .arg(q.jobs_key())
+        .arg(entry_id)
+        .ignore();
+    p
 }
 
 fn outcome_of(results: Vec<ItemResult>, consumer: &str) -> JobOutcome {

@@ -301,13 +301,7 @@ impl QueueClient {
                 },
             );
         }
-        let added: redis::RedisResult<String> = redis::cmd("XADD")
-            .arg(self.cfg.jobs_key())
-            .arg("*")
-            .arg("job")
-            .arg(&id)
-            .arg("payload")
-            .arg(&payload)
+        let added: redis::RedisResult<String> = add_job(&self.cfg, &id, &payload)
             .query_async(&mut conn)
             .await;
         match added {
@@ -450,15 +444,7 @@ impl QueueClient {
                 None => false,
             };
             if !present {
-                let new_entry: String = redis::cmd("XADD")
-                    .arg(self.cfg.jobs_key())
-                    .arg("*")
-                    .arg("job")
-                    .arg(&id)
-                    .arg("payload")
-                    .arg(&payload)
-                    .query_async(conn)
-                    .await?;
+                let new_entry: String = add_job(&self.cfg, &id, &payload).query_async(conn).await?;
                 tracing::info!("queue: job {id} was lost by Redis; added again");
                 self.metrics.resubmitted.inc();
                 if let Some(p) = lock(&self.pending).get_mut(&id) {
@@ -562,4 +548,16 @@ impl QueueClient {
 /// The fields of a job entry.
 pub(crate) fn job_fields(e: &StreamId) -> (Option<String>, Option<String>) {
     (e.get::<String>("job"), e.get::<String>("payload"))
+}
+
+/// `XADD` of a job to the jobs stream (Redis picks the entry id).
+fn add_job(cfg: &QueueConfig, id: &str, payload: &str) -> redis::Cmd {
+    let mut c = redis::cmd("XADD");
+    c.arg(cfg.jobs_key())
+        .arg("*")
+        .arg("job")
+        .arg(id)
+        .arg("payload")
+        .arg(payload);
+    c
 }

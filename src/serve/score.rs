@@ -146,16 +146,26 @@ pub fn run_job(
     }));
     match run {
         Ok((scored, needs, subs)) => {
+            // Results put aside earlier are final: only their stage times are still wanted.
+            let early: Vec<Option<ItemResult>> = partial.map_or_else(Vec::new, |p| {
+                p.lock().unwrap_or_else(|p| p.into_inner()).clone()
+            });
             for (index, r) in scored.into_iter().enumerate() {
-                let item = result_of(
-                    task,
-                    &subs,
-                    index,
-                    r,
-                    job.report,
-                    needs,
-                    Some(&mut outcome.stages),
-                );
+                let item = match early.get(index).cloned().flatten() {
+                    Some(item) => {
+                        collect_stage_times(&report_of(&r).stages, &mut outcome.stages);
+                        item
+                    }
+                    None => result_of(
+                        task,
+                        &subs,
+                        index,
+                        r,
+                        job.report,
+                        needs,
+                        Some(&mut outcome.stages),
+                    ),
+                };
                 outcome.results.push(item);
             }
         }
@@ -188,16 +198,21 @@ fn result_of(
     needs: Stage,
     times: Option<&mut StageTimes>,
 ) -> ItemResult {
-    let report = match &r {
-        Ok(s) => &s.report,
-        Err(RewardError::Unavailable { report, .. }) => &**report,
-    };
+    let report = report_of(&r);
     if let Some(t) = times {
         collect_stage_times(&report.stages, t);
     }
     let code = subs[index].code().unwrap_or(subs[index].text());
     let feedback = crate::rl::feedback(task, report, code, &Default::default()).text();
     item_result(index, r, with_report, needs, Some(feedback))
+}
+
+/// The report behind a result, scored or not.
+fn report_of(r: &crate::reward::Result<Scored>) -> &RewardReport {
+    match r {
+        Ok(s) => &s.report,
+        Err(RewardError::Unavailable { report, .. }) => report,
+    }
 }
 
 fn collect_stage_times(stages: &Stages, out: &mut StageTimes) {
