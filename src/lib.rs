@@ -46,6 +46,8 @@ pub mod compile;
 pub mod dataset;
 pub mod exec;
 pub mod expr;
+pub mod inputs;
+pub mod originals;
 pub mod pipeline;
 mod prompt;
 pub mod ranker;

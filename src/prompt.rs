@@ -31,6 +31,7 @@ impl Task {
                     direction,
                     dtype,
                     len,
+                    ..
                 } => {
                     let role = match direction {
                         Direction::In => "input, read-only",

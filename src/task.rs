@@ -170,6 +170,9 @@ pub enum Param {
         dtype: DType,
         /// Element count as an expression over the config sizes.
         len: Expr,
+        /// The tensor shape the original program sees (`shape = ["rows", "cols"]`), outermost
+        /// first; its product equals `len` in every config. Empty: a flat array of `len`.
+        shape: Vec<Expr>,
     },
     /// A value passed by value.
     Scalar {
@@ -384,6 +387,10 @@ pub struct Task {
     /// than FLOPs / the device's peak is `implausible`, like one faster than the bytes the
     /// ABI must move allow. `None` when the task does not declare it.
     pub flops: Option<Expr>,
+    /// File name of the NumPy twin of a torch2cuda original (`numpy_twin =
+    /// "original_numpy.py"`): a `forward(*inputs)` function with the module's semantics, run
+    /// where PyTorch is not importable (see `originals`).
+    pub numpy_twin: Option<String>,
 }
 
 /// Why a task could not be loaded.
@@ -439,6 +446,8 @@ struct RawTask {
     inputs: BTreeMap<String, Distribution>,
     #[serde(default)]
     flops: Option<String>,
+    #[serde(default)]
+    numpy_twin: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -453,6 +462,8 @@ struct RawParam {
     len: Option<String>,
     #[serde(default)]
     value: Option<String>,
+    #[serde(default)]
+    shape: Option<Vec<String>>,
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -767,14 +778,41 @@ impl Task {
                     let len_text = p.len.as_deref().ok_or_else(|| {
                         invalid(field("len"), "buffers need a length expression".into())
                     })?;
+                    let len = parse_expr("len", len_text)?;
+                    let mut shape = Vec::new();
+                    for (k, d) in p.shape.iter().flatten().enumerate() {
+                        shape.push(parse_expr(&format!("shape[{k}]"), d)?);
+                    }
+                    if !shape.is_empty() {
+                        for c in &raw.configs {
+                            let n = len.eval_int(&c.sizes).unwrap_or(-1);
+                            let dims: Result<Vec<i64>, _> =
+                                shape.iter().map(|d| d.eval_int(&c.sizes)).collect();
+                            let dims = dims.map_err(|e| invalid(field("shape"), e.to_string()))?;
+                            let product = dims.iter().try_fold(1i64, |a, &d| a.checked_mul(d));
+                            if dims.iter().any(|&d| d < 0) || product != Some(n) {
+                                return Err(invalid(
+                                    field("shape"),
+                                    format!(
+                                        "shape {dims:?} does not hold len = {n} elements in config `{}`",
+                                        c.name
+                                    ),
+                                ));
+                            }
+                        }
+                    }
                     Param::Buffer {
                         name: p.name,
                         direction,
                         dtype,
-                        len: parse_expr("len", len_text)?,
+                        len,
+                        shape,
                     }
                 }
                 "scalar" => {
+                    if p.shape.is_some() {
+                        return Err(invalid(field("shape"), "only buffers have a shape".into()));
+                    }
                     let value_text = p.value.as_deref().ok_or_else(|| {
                         invalid(field("value"), "scalars need a value expression".into())
                     })?;
@@ -870,6 +908,19 @@ impl Task {
         };
 
         let (_, original) = read("original", &raw.original)?;
+        let numpy_twin = match &raw.numpy_twin {
+            None => None,
+            Some(f) if kind == TaskKind::Torch2cuda => {
+                read("numpy_twin", f)?;
+                Some(f.clone())
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "numpy_twin".into(),
+                    "only torch2cuda tasks have a NumPy twin of their original".into(),
+                ))
+            }
+        };
         let load_impl = |field: String, file: &str| -> Result<Implementation, TaskError> {
             let (path, source) = read(&field, file)?;
             let name = Path::new(file)
@@ -907,6 +958,7 @@ impl Task {
             reference,
             implementations,
             flops,
+            numpy_twin,
         };
         for (ci, c) in task.configs.iter().enumerate() {
             let bytes = task.buffer_bytes(c).map_err(|m| {

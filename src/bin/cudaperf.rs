@@ -9,6 +9,9 @@ use cudaperf::compile::{CompileOptions, Isolation};
 use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, RewardError, Submission};
 use cudaperf::task::Task;
 
+#[path = "cudaperf/check_originals.rs"]
+mod check_originals;
+
 /// A count: a whole number >= 0, with a message that says so for `-3` or `2.5`.
 fn count(text: &str) -> Result<usize, String> {
     text.trim()
@@ -401,6 +404,59 @@ enum DatasetCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Run every task's original (C with the system compiler; PyTorch, or the task's NumPy
+    /// twin where PyTorch is not importable) on the smallest config's inputs, from the CPU
+    /// twin of the device input generator; with --gpu, compare with the reference run on the
+    /// same inputs here, and the generator with the device's; with --samples, compare with
+    /// reference values sampled on a GPU earlier. Exits 1 when a task fails.
+    CheckOriginals {
+        /// Folder of task folders (the crate's: fixtures/tasks).
+        #[arg(long)]
+        tasks: PathBuf,
+        /// Only these task ids (comma-separated).
+        #[arg(long)]
+        only: Option<String>,
+        /// Run the references on this machine's GPU and compare.
+        #[arg(long)]
+        gpu: bool,
+        /// Reference values sampled on a GPU (written by --write-samples).
+        #[arg(long, conflicts_with = "gpu")]
+        samples: Option<PathBuf>,
+        /// With --gpu: write sampled reference values here.
+        #[arg(long, requires = "gpu")]
+        write_samples: Option<PathBuf>,
+        /// Input set seed (default: the samples' seed, else a fixed one).
+        #[arg(long, value_parser = whole)]
+        seed: Option<u64>,
+        /// Time limit of one original run, seconds.
+        #[arg(long, default_value_t = 120.0, value_parser = seconds)]
+        limit: f64,
+        /// Originals run in parallel (default: the number of cores).
+        #[arg(long, value_parser = count)]
+        jobs: Option<usize>,
+        /// Write every task's result as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// PyTorch-eager time of every torch2cuda task's original on its timed config (this
+    /// machine's GPU; needs python3 with torch), next to the reference's from a timings file.
+    TorchEager {
+        /// Folder of task folders (the crate's: fixtures/tasks).
+        #[arg(long)]
+        tasks: PathBuf,
+        /// Only these task ids (comma-separated).
+        #[arg(long)]
+        only: Option<String>,
+        /// Timings from `cudaperf measure` for the reference column.
+        #[arg(long)]
+        timings: Option<PathBuf>,
+        /// Timed runs per task (after 5 warm-ups).
+        #[arg(long, default_value_t = 30, value_parser = count)]
+        runs: usize,
+        /// Write the table as JSON here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 fn preset(name: &str) -> Result<Box<dyn Reward>, String> {
@@ -733,6 +789,34 @@ fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        DatasetCommand::CheckOriginals {
+            tasks,
+            only,
+            gpu,
+            samples,
+            write_samples,
+            seed,
+            limit,
+            jobs,
+            json,
+        } => check_originals::run(check_originals::Args {
+            tasks,
+            only,
+            gpu,
+            samples,
+            write_samples,
+            seed,
+            limit,
+            jobs,
+            json,
+        }),
+        DatasetCommand::TorchEager {
+            tasks,
+            only,
+            timings,
+            runs,
+            out,
+        } => check_originals::torch_eager(tasks, only, timings, runs, out),
     }
 }
 

@@ -186,6 +186,71 @@ fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Re
     })
 }
 
+/// What one config of a task evaluates to: buffer lengths, scalar values and input fills.
+/// The harness and the CPU twin of its input generator ([`crate::inputs`]) both start here.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigValues {
+    /// Element count per buffer (the ABI's buffers in order).
+    pub lens: Vec<u64>,
+    /// Value per parameter (0 for buffers).
+    pub scalars: Vec<f64>,
+    /// Fill per buffer (`None` for `out` buffers).
+    pub fills: Vec<Option<Fill>>,
+}
+
+impl ConfigValues {
+    /// Evaluates `cfg` of `task`; the error names the buffer, scalar or input and the config.
+    pub fn of(task: &Task, cfg: &crate::task::InputConfig) -> Result<ConfigValues, String> {
+        let lens: Vec<u64> = task
+            .buffer_lens(cfg)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|b| b.2)
+            .collect();
+        let mut scalars = Vec::new();
+        let mut fills = Vec::new();
+        for param in &task.params {
+            match param {
+                Param::Scalar { name, dtype, value } => {
+                    let v = if dtype.is_float() {
+                        value.eval_f64(&cfg.sizes)
+                    } else {
+                        value.eval_int(&cfg.sizes).map(|i| i as f64)
+                    };
+                    scalars.push(v.map_err(|e| {
+                        format!("scalar `{name}` in config `{}`: {e}", cfg.name)
+                    })?);
+                }
+                Param::Buffer {
+                    name,
+                    direction,
+                    dtype,
+                    ..
+                } => {
+                    scalars.push(0.0);
+                    fills.push(if direction.is_input() {
+                        let dist = task
+                            .inputs
+                            .get(name)
+                            .cloned()
+                            .unwrap_or_else(|| Distribution::default_for(*dtype));
+                        Some(fill_for(&dist, *dtype, &cfg.sizes).map_err(|e| {
+                            format!("inputs.{name} in config `{}`: {e}", cfg.name)
+                        })?)
+                    } else {
+                        None
+                    });
+                }
+            }
+        }
+        Ok(ConfigValues {
+            lens,
+            scalars,
+            fills,
+        })
+    }
+}
+
 /// Why a job could not be built: a candidate's plan fails for some config.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BuildError {
@@ -313,49 +378,11 @@ impl ExecJob {
                 .configs
                 .get(ci)
                 .ok_or_else(|| BuildError::Reference(format!("config index {ci} out of range")))?;
-            let lens: Vec<u64> = task
-                .buffer_lens(cfg)
-                .map_err(|e| BuildError::Reference(e.to_string()))?
-                .iter()
-                .map(|b| b.2)
-                .collect();
-            let mut scalars = Vec::new();
-            for param in &task.params {
-                scalars.push(match param {
-                    Param::Scalar { name, dtype, value } => {
-                        let v = if dtype.is_float() {
-                            value.eval_f64(&cfg.sizes)
-                        } else {
-                            value.eval_int(&cfg.sizes).map(|i| i as f64)
-                        };
-                        v.map_err(|e| {
-                            BuildError::Reference(format!(
-                                "scalar `{name}` in config `{}`: {e}",
-                                cfg.name
-                            ))
-                        })?
-                    }
-                    Param::Buffer { .. } => 0.0,
-                });
-            }
-            let mut fills = Vec::new();
-            for b in &buffers {
-                fills.push(if b.direction.is_input() {
-                    let dist = task
-                        .inputs
-                        .get(&b.name)
-                        .cloned()
-                        .unwrap_or_else(|| Distribution::default_for(b.dtype));
-                    Some(fill_for(&dist, b.dtype, &cfg.sizes).map_err(|e| {
-                        BuildError::Reference(format!(
-                            "inputs.{} in config `{}`: {e}",
-                            b.name, cfg.name
-                        ))
-                    })?)
-                } else {
-                    None
-                });
-            }
+            let ConfigValues {
+                lens,
+                scalars,
+                fills,
+            } = ConfigValues::of(task, cfg).map_err(BuildError::Reference)?;
             configs.push(JobConfig {
                 name: cfg.name.clone(),
                 lens,

@@ -10,6 +10,7 @@
 
 mod checks;
 mod device;
+mod direct;
 mod driver;
 mod executor;
 mod harness;
@@ -21,11 +22,13 @@ mod timed;
 pub mod timing;
 mod values;
 
+pub use direct::DirectGpu;
 pub use driver::CudaError;
+pub(crate) use harness::buffer_seed;
 pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor, GpuUnavailable};
 pub use harness::GpuHandler;
 pub use job::{
-    BuildError, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, JobSide,
+    BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, JobSide,
     TimingOptions,
 };
 pub use report::*;

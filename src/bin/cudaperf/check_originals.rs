@@ -1,0 +1,248 @@
+//! `cudaperf dataset check-originals` and `cudaperf dataset torch-eager`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cudaperf::compile::{CompileOptions, Compiler, Isolation};
+use cudaperf::dataset::Dataset;
+use cudaperf::exec::DirectGpu;
+use cudaperf::originals::{self, CheckOptions, GpuCheck, Samples, TaskCheck, Tools};
+use cudaperf::task::{Task, TaskKind};
+
+pub struct Args {
+    pub tasks: PathBuf,
+    pub only: Option<String>,
+    pub gpu: bool,
+    pub samples: Option<PathBuf>,
+    pub write_samples: Option<PathBuf>,
+    pub seed: Option<u64>,
+    pub limit: f64,
+    pub jobs: Option<usize>,
+    pub json: Option<PathBuf>,
+}
+
+/// The tasks of `--only` (every one named must exist), else all.
+fn chosen<'a>(ds: &'a Dataset, only: &Option<String>) -> Result<Vec<&'a Task>, String> {
+    let Some(list) = only else {
+        return Ok(ds.tasks.iter().collect());
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|id| {
+            ds.tasks
+                .iter()
+                .find(|t| t.id == id)
+                .ok_or_else(|| format!("--only: no task `{id}` in the dataset"))
+        })
+        .collect()
+}
+
+fn line(c: &TaskCheck) -> String {
+    let engine = c.engine.map_or("-".to_string(), |e| e.to_string());
+    let verdict = if let Some(e) = &c.error {
+        format!("ERROR {}", e.lines().next().unwrap_or(""))
+    } else if !c.passed() {
+        let mut parts = Vec::new();
+        for b in c.outputs.iter().filter(|b| !b.clean()) {
+            parts.push(format!(
+                "{}: {}/{} differ, first {:?}, max abs {:.3e}",
+                b.buffer, b.mismatches, b.elements, b.first, b.max_abs
+            ));
+        }
+        for b in c.twin_vs_torch.iter().filter(|b| !b.clean()) {
+            parts.push(format!(
+                "numpy twin vs torch {}: {}/{} differ, first {:?}",
+                b.buffer, b.mismatches, b.elements, b.first
+            ));
+        }
+        for g in c.generator.iter().filter(|g| g.differing > 0) {
+            parts.push(format!(
+                "generator {}: {}/{} elements differ from the device's",
+                g.buffer, g.differing, g.elements
+            ));
+        }
+        format!("MISMATCH {}", parts.join("; "))
+    } else if c.against == "nothing" {
+        "ran (nothing to compare with here: give --gpu or --samples)".to_string()
+    } else {
+        let worst = c
+            .outputs
+            .iter()
+            .map(|b| b.max_abs)
+            .fold(0.0f64, f64::max);
+        let n: u64 = c.outputs.iter().map(|b| b.elements).sum();
+        format!("ok ({n} elements, max abs diff {worst:.2e})")
+    };
+    format!(
+        "{:<28} {:<12} {:<6} {:>7.2}s vs {:<9} {verdict}",
+        c.task, c.config, engine, c.seconds, c.against
+    )
+}
+
+pub fn run(a: Args) -> Result<ExitCode, String> {
+    let ds = Dataset::load(&a.tasks).map_err(|e| e.to_string())?;
+    let tasks = chosen(&ds, &a.only)?;
+    let tools = Tools::detect();
+    let samples = match &a.samples {
+        Some(p) => Some(
+            serde_json::from_str::<Samples>(
+                &std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+            )
+            .map_err(|e| format!("{}: not a samples file: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let mut opts = CheckOptions {
+        limit: Duration::from_secs_f64(a.limit),
+        ..Default::default()
+    };
+    if let Some(s) = a.seed {
+        opts.seed = s;
+    }
+    if let (Some(s), Some(seed)) = (&samples, a.seed) {
+        if s.seed != seed {
+            return Err(format!("--seed {seed} differs from the samples' seed {}", s.seed));
+        }
+    }
+    let device = if a.gpu {
+        Some(DirectGpu::open().map_err(|e| format!("--gpu: {e}"))?)
+    } else {
+        None
+    };
+    let compiler = match &device {
+        Some(d) => Some(
+            Compiler::new(CompileOptions {
+                arch: d.arch().to_string(),
+                isolation: Isolation::InProcess, // the dataset's own references
+                ..Default::default()
+            })
+            .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    let gpu = match (&device, &compiler) {
+        (Some(gpu), Some(compiler)) => Some(GpuCheck { gpu, compiler }),
+        _ => None,
+    };
+    println!(
+        "# check-originals: {} tasks; C compiler {}, python3+numpy {}, torch {}; {}",
+        tasks.len(),
+        tools.cc.as_deref().unwrap_or("none"),
+        if tools.python.is_some() { "yes" } else { "no" },
+        if tools.torch { "yes" } else { "no" },
+        match (&device, &samples) {
+            (Some(d), _) => format!("references on {}", d.name()),
+            (None, Some(s)) => format!("against reference samples from {}", s.device),
+            (None, None) => "no reference to compare with (originals only)".into(),
+        }
+    );
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let mut record = Samples {
+        device: device.as_ref().map(|d| d.name().to_string()).unwrap_or_default(),
+        ..Default::default()
+    };
+    let results = originals::check_tasks(
+        &tasks,
+        &tools,
+        &opts,
+        gpu.as_ref(),
+        samples.as_ref(),
+        a.write_samples.as_ref().map(|_| &mut record),
+        jobs,
+        |c| println!("{}", line(c)),
+    );
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|c| !c.passed())
+        .map(|c| c.task.as_str())
+        .collect();
+    println!(
+        "{} of {} tasks passed{}",
+        results.len() - failed.len(),
+        results.len(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!("; failed: {}", failed.join(", "))
+        }
+    );
+    if let Some(p) = &a.json {
+        let text = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
+        std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &a.write_samples {
+        let text = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+        std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub fn torch_eager(
+    tasks: PathBuf,
+    only: Option<String>,
+    timings: Option<PathBuf>,
+    runs: usize,
+    out: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    let ds = Dataset::load(&tasks).map_err(|e| e.to_string())?;
+    let timings = match &timings {
+        Some(p) => Some(cudaperf::timings::Timings::load(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let mut rows = Vec::new();
+    let mut failures = 0;
+    println!(
+        "{:<28} {:<12} {:>12} {:>14} {:>8}",
+        "task", "config", "eager_us", "reference_us", "ref/eager"
+    );
+    for t in chosen(&ds, &only)?.into_iter().filter(|t| t.kind == TaskKind::Torch2cuda) {
+        let all: Vec<usize> = (0..t.configs.len()).collect();
+        let cfg = &t.configs[cudaperf::pipeline::timing_config(t, &all)];
+        let reference = timings
+            .as_ref()
+            .and_then(|tm| tm.tasks.get(&t.id))
+            .and_then(|tt| tt.implementations.get("reference"))
+            .and_then(|r| r.time_us);
+        // 2 x the H200's 60 MiB L2, as the timing protocol flushes.
+        match originals::torch_eager_ms(t, cfg, runs, 128 << 20, Duration::from_secs(300)) {
+            Ok(v) => {
+                let eager_us = v["median_ms"].as_f64().unwrap_or(f64::NAN) * 1000.0;
+                println!(
+                    "{:<28} {:<12} {:>12.1} {:>14} {:>8}",
+                    t.id,
+                    cfg.name,
+                    eager_us,
+                    reference.map_or("-".into(), |r| format!("{r:.1}")),
+                    reference.map_or("-".into(), |r| format!("{:.2}", r / eager_us)),
+                );
+                rows.push(serde_json::json!({
+                    "task": t.id, "config": cfg.name, "eager_us": eager_us,
+                    "eager_min_us": v["min_ms"].as_f64().map(|m| m * 1000.0),
+                    "runs": v["runs"], "device": v["device"], "torch": v["torch"],
+                    "reference_us": reference,
+                }));
+            }
+            Err(e) => {
+                failures += 1;
+                println!("{:<28} {:<12} ERROR {e}", t.id, cfg.name);
+            }
+        }
+    }
+    if let Some(p) = &out {
+        let text = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
+        std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

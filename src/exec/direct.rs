@@ -1,0 +1,139 @@
+//! Trusted in-process GPU work for dataset maintenance (`cudaperf dataset check-originals
+//! --gpu`): a task's own reference run on inputs given by the host, and the device input
+//! generator's bytes for a seed (to hold [`crate::inputs`] to them). Candidates never run
+//! here: they run in sandboxed runner processes under the timing protocol.
+
+use super::driver::{self, Gpu};
+use super::harness::{runner_launches, side_bytes};
+use super::job::{ExecJob, Fill};
+use super::runner::RunArg;
+use super::support::Support;
+use crate::task::DType;
+
+/// A GPU opened in this process, with the harness's support kernels loaded.
+pub struct DirectGpu {
+    gpu: Gpu,
+    support: Support,
+    arch: String,
+    name: String,
+}
+
+impl DirectGpu {
+    /// Opens the first visible GPU; the error says why there is none.
+    pub fn open() -> Result<DirectGpu, String> {
+        if !driver::driver_present() {
+            return Err("libcuda not found: no NVIDIA driver on this machine".into());
+        }
+        let gpu = Gpu::open().map_err(|e| format!("no usable GPU: {e}"))?;
+        let (info, _) = super::device::describe(&gpu)?;
+        let arch = format!(
+            "sm_{}{}",
+            info.compute_capability.0, info.compute_capability.1
+        );
+        let support = Support::load(&gpu, &arch, info.sms)?;
+        Ok(DirectGpu {
+            gpu,
+            support,
+            arch,
+            name: info.name,
+        })
+    }
+
+    /// The NVRTC architecture of the device (`sm_90` on an H200).
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The bytes the harness's fill kernel writes for `n` elements of `dtype` (read back).
+    pub fn device_fill(&self, dtype: DType, n: u64, seed: u64, fill: &Fill) -> Result<Vec<u8>, String> {
+        let bytes = (n * dtype.size_bytes()) as usize;
+        let buf = self.gpu.alloc(bytes, "generated inputs").map_err(|e| e.to_string())?;
+        self.support
+            .fill(buf.slice(), dtype, n, seed, fill, self.gpu.stream())
+            .map_err(|e| e.to_string())?;
+        self.gpu
+            .sync(|| "filling inputs".into())
+            .map_err(|e| e.to_string())?;
+        buf.slice().read(0, bytes).map_err(|e| e.to_string())
+    }
+
+    /// Runs the job's reference once on config `config` with these inputs (per ABI buffer:
+    /// bytes for `in` / `inout`, `None` for `out`, which start poisoned as in the protocol);
+    /// returns every ABI buffer's bytes afterwards.
+    pub fn run_reference(
+        &self,
+        job: &ExecJob,
+        config: usize,
+        inputs: &[Option<Vec<u8>>],
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let c = job
+            .configs
+            .get(config)
+            .ok_or_else(|| format!("config index {config} out of range"))?;
+        let e = |e: super::CudaError| e.to_string();
+        let cubin = {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(&job.reference.cubin_b64)
+                .map_err(|e| format!("reference cubin: {e}"))?
+        };
+        let module = self.gpu.load_module(&cubin, "reference").map_err(e)?;
+        let functions = job
+            .reference
+            .symbols
+            .iter()
+            .map(|(_, s)| module.function(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(e)?;
+        let sizes = side_bytes(job, c, &c.reference, &job.reference.scratch);
+        let mut buffers = Vec::with_capacity(sizes.len());
+        for (i, &b) in sizes.iter().enumerate() {
+            let buf = self.gpu.alloc(b as usize, &format!("buffer {i}")).map_err(e)?;
+            match inputs.get(i) {
+                Some(Some(data)) => {
+                    if data.len() as u64 != b {
+                        return Err(format!(
+                            "input buffer {i}: {} bytes given, the config needs {b}",
+                            data.len()
+                        ));
+                    }
+                    buf.slice().write(data).map_err(e)?;
+                }
+                // Outputs poisoned as the protocol does; scratch zeroed.
+                Some(None) => buf.slice().memset(0xFF, self.gpu.stream()).map_err(e)?,
+                None => buf.slice().memset(0, self.gpu.stream()).map_err(e)?,
+            }
+            buffers.push(buf);
+        }
+        for (k, l) in runner_launches(job, c, &c.reference).iter().enumerate() {
+            let f = *functions
+                .get(l.function)
+                .ok_or_else(|| format!("launch {k}: no function {}", l.function))?;
+            let mut args: Vec<[u8; 8]> = l
+                .args
+                .iter()
+                .map(|a| match a {
+                    RunArg::Buffer { index } => buffers.get(*index).map_or(0, |b| b.ptr).to_le_bytes(),
+                    RunArg::Value { bits } => bits.to_le_bytes(),
+                })
+                .collect();
+            driver::launch(f, l.grid, l.block, l.smem, self.gpu.stream(), &mut args, || {
+                format!("reference launch {k}")
+            })
+            .map_err(e)?;
+        }
+        self.gpu
+            .sync(|| "running the reference".into())
+            .map_err(e)?;
+        buffers
+            .iter()
+            .take(job.buffers.len())
+            .map(|b| b.slice().read(0, b.bytes).map_err(e))
+            .collect()
+    }
+}

@@ -1,0 +1,423 @@
+//! One task's check: its original on the smallest config's inputs, compared with the
+//! reference run on the GPU (or with reference values sampled there earlier), the NumPy twin
+//! with the PyTorch module where both can run, and the CPU twin of the input generator with
+//! the device's.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::compare::{compare, element_f64, BufferCompare};
+use super::{run_original, smallest_config, Engine, OriginalOutputs, Tools};
+use crate::candidate::{Candidate, PlanLimits};
+use crate::compile::{CompileOutcome, Compiler};
+use crate::exec::{DirectGpu, ExecJob, JobParts, JobSide};
+use crate::inputs::{buffer_seed, HostInputs};
+use crate::task::{DType, Param, Task};
+
+/// How to check.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Input set seed.
+    pub seed: u64,
+    /// Time limit of one run of an original.
+    pub limit: Duration,
+    /// Reference values per output element to record for `Samples` (0: none).
+    pub samples_per_buffer: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            seed: 0x0C0D_A9E2_F00D_2026,
+            limit: Duration::from_secs(120),
+            samples_per_buffer: 64,
+        }
+    }
+}
+
+/// Reference values sampled on a GPU, to check originals against where there is none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Samples {
+    /// The device they were computed on.
+    pub device: String,
+    /// Input set seed.
+    pub seed: u64,
+    /// Per task.
+    pub tasks: BTreeMap<String, TaskSamples>,
+}
+
+/// One task's sampled reference outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSamples {
+    /// The config (the smallest).
+    pub config: String,
+    /// Per output buffer: (element index, value; `None` where it is not finite).
+    pub buffers: BTreeMap<String, Vec<(u64, Option<f64>)>>,
+}
+
+/// How the CPU twin of the input generator compared with the device, per input buffer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TwinCheck {
+    /// The buffer.
+    pub buffer: String,
+    /// Elements generated.
+    pub elements: u64,
+    /// Elements whose bytes differ.
+    pub differing: u64,
+}
+
+/// One task's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskCheck {
+    /// The task.
+    pub task: String,
+    /// The config its original ran on.
+    pub config: String,
+    /// What ran the original.
+    pub engine: Option<Engine>,
+    /// Seconds the original ran.
+    pub seconds: f64,
+    /// What the outputs were compared with: `reference` (run on the GPU now), `samples`
+    /// (sampled on a GPU earlier), or `nothing` (the original only had to run).
+    pub against: String,
+    /// Per output buffer.
+    pub outputs: Vec<BufferCompare>,
+    /// The NumPy twin against the PyTorch module (both ran).
+    pub twin_vs_torch: Vec<BufferCompare>,
+    /// The CPU input generator against the device's.
+    pub generator: Vec<TwinCheck>,
+    /// Why the check could not be completed.
+    pub error: Option<String>,
+}
+
+impl TaskCheck {
+    /// Everything that was compared agreed and nothing failed.
+    pub fn passed(&self) -> bool {
+        self.error.is_none()
+            && self.outputs.iter().all(BufferCompare::clean)
+            && self.twin_vs_torch.iter().all(BufferCompare::clean)
+            && self.generator.iter().all(|g| g.differing == 0)
+    }
+}
+
+/// (name, dtype, is output) of each ABI buffer.
+fn buffers(task: &Task) -> Vec<(String, DType, bool)> {
+    task.params
+        .iter()
+        .filter_map(|p| match p {
+            Param::Buffer {
+                name,
+                direction,
+                dtype,
+                ..
+            } => Some((name.clone(), *dtype, direction.is_output())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Indices to sample from `n` elements: the ends, the middle and hashed positions.
+fn sample_indices(n: u64, k: usize, salt: u64) -> Vec<u64> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut v: Vec<u64> = vec![0, n / 2, n - 1];
+    v.extend((0..k.saturating_sub(3) as u64).map(|j| crate::inputs::mix64(salt ^ j) % n));
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Compares outputs with reference bytes, buffer by buffer.
+fn against_reference(
+    task: &Task,
+    got: &OriginalOutputs,
+    want: &[Vec<u8>],
+) -> Vec<BufferCompare> {
+    buffers(task)
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.2)
+        .map(|(i, (name, dtype, _))| {
+            let g = got.buffers[i].as_deref().unwrap_or(&[]);
+            compare(name, *dtype, g, &want[i], &task.tolerance)
+        })
+        .collect()
+}
+
+/// Compares outputs with sampled reference values.
+fn against_samples(task: &Task, got: &OriginalOutputs, s: &TaskSamples) -> Result<Vec<BufferCompare>, String> {
+    let mut out = Vec::new();
+    for (i, (name, dtype, is_out)) in buffers(task).iter().enumerate() {
+        if !is_out {
+            continue;
+        }
+        let g = got.buffers[i].as_deref().unwrap_or(&[]);
+        let n = g.len() / dtype.size_bytes() as usize;
+        let want = s
+            .buffers
+            .get(name)
+            .ok_or_else(|| format!("the samples have no buffer `{name}`"))?;
+        let mut c = BufferCompare::empty(name);
+        for &(idx, w) in want {
+            if idx as usize >= n {
+                return Err(format!("sample index {idx} of `{name}` is past its {n} elements"));
+            }
+            let gv = element_f64(*dtype, g, idx as usize);
+            c.elements += 1;
+            match w {
+                Some(w) => c.add(idx, gv, w, &task.tolerance),
+                None if !gv.is_finite() => {}
+                None => c.add(idx, gv, f64::NAN, &task.tolerance),
+            }
+        }
+        out.push(c);
+    }
+    Ok(out)
+}
+
+/// What the GPU side of a check needs.
+pub struct GpuCheck<'a> {
+    /// The device.
+    pub gpu: &'a DirectGpu,
+    /// A compiler for the device's architecture (in process: references are trusted).
+    pub compiler: &'a Compiler,
+}
+
+/// The reference's outputs on these inputs.
+fn reference_outputs(task: &Task, ci: usize, inputs: &HostInputs, g: &GpuCheck<'_>, seed: u64) -> Result<Vec<Vec<u8>>, String> {
+    let mut cand = Candidate::parse(&task.reference.source).map_err(|e| format!("reference: {e}"))?;
+    cand.check_abi(task).map_err(|e| format!("reference: {e}"))?;
+    let plan = cand
+        .resolve(task, &task.configs[ci], &PlanLimits::default())
+        .map_err(|e| format!("reference: {e}"))?;
+    let module = match g.compiler.compile(&cand) {
+        CompileOutcome::Compiled { module, .. } => module,
+        other => return Err(format!("reference did not compile: {other:?}")),
+    };
+    let plans = [plan];
+    let side = JobSide {
+        candidate: &cand,
+        module: &module,
+        plans: &plans,
+    };
+    let job = ExecJob::build(JobParts {
+        task,
+        configs: &[ci],
+        reference: side,
+        candidates: &[],
+        timing_config: 0,
+        seed,
+        timing: None,
+        max_device_bytes: u64::MAX,
+        bandwidth_gbps: 0.0,
+        peak_tflops: 0.0,
+        deadline_ms: 0,
+        run_limit_ms: 0,
+    })
+    .map_err(|e| e.to_string())?;
+    g.gpu.run_reference(&job, 0, &inputs.buffers)
+}
+
+/// A task whose original has run (the CPU half of a check; `Send`, so that originals can
+/// run on worker threads while the GPU half runs where the device was opened).
+pub struct Prepared {
+    check: TaskCheck,
+    ran: Option<(usize, HostInputs, OriginalOutputs)>,
+    seed: u64,
+}
+
+/// Runs the original (and the NumPy twin next to PyTorch) on the smallest config.
+pub fn prepare(task: &Task, tools: &Tools, opts: &CheckOptions, samples: Option<&Samples>) -> Prepared {
+    let seed = samples.map_or(opts.seed, |s| s.seed);
+    let mut check = TaskCheck {
+        task: task.id.clone(),
+        config: String::new(),
+        engine: None,
+        seconds: 0.0,
+        against: "nothing".into(),
+        outputs: Vec::new(),
+        twin_vs_torch: Vec::new(),
+        generator: Vec::new(),
+        error: None,
+    };
+    let ran = match run_side(task, tools, opts, seed, &mut check) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            check.error = Some(e);
+            None
+        }
+    };
+    Prepared { check, ran, seed }
+}
+
+fn run_side(
+    task: &Task,
+    tools: &Tools,
+    opts: &CheckOptions,
+    seed: u64,
+    out: &mut TaskCheck,
+) -> Result<(usize, HostInputs, OriginalOutputs), String> {
+    let cfg = smallest_config(task).ok_or("the task has no configs")?;
+    let ci = task.configs.iter().position(|c| c.name == cfg.name).unwrap_or(0);
+    out.config = cfg.name.clone();
+    let inputs = HostInputs::generate(task, cfg, seed)?;
+    let engine = tools.engine_for(task);
+    out.engine = Some(engine);
+    let got = run_original(task, cfg, &inputs, engine, tools, opts.limit).map_err(|e| e.to_string())?;
+    out.seconds = got.seconds;
+    if engine == Engine::Torch && task.numpy_twin.is_some() {
+        let twin = run_original(task, cfg, &inputs, Engine::Numpy, tools, opts.limit)
+            .map_err(|e| format!("NumPy twin: {e}"))?;
+        let torch: Vec<Vec<u8>> = got.buffers.iter().map(|b| b.clone().unwrap_or_default()).collect();
+        out.twin_vs_torch = against_reference(task, &twin, &torch);
+    }
+    Ok((ci, inputs, got))
+}
+
+/// The GPU half: with `gpu`, the reference runs on the same inputs and the generator is
+/// compared with the device's; else, with `samples`, the original is compared with reference
+/// values sampled earlier. `record` receives this task's reference samples (GPU only).
+pub fn finish(
+    task: &Task,
+    prepared: Prepared,
+    opts: &CheckOptions,
+    gpu: Option<&GpuCheck<'_>>,
+    samples: Option<&Samples>,
+    record: Option<&mut Samples>,
+) -> TaskCheck {
+    let Prepared { mut check, ran, seed } = prepared;
+    if let Some((ci, inputs, got)) = ran {
+        if let Err(e) = compare_side(task, ci, &inputs, &got, seed, opts, gpu, samples, record, &mut check) {
+            check.error = Some(e);
+        }
+    }
+    check
+}
+
+/// Both halves in this thread.
+pub fn check_task(
+    task: &Task,
+    tools: &Tools,
+    opts: &CheckOptions,
+    gpu: Option<&GpuCheck<'_>>,
+    samples: Option<&Samples>,
+    record: Option<&mut Samples>,
+) -> TaskCheck {
+    let p = prepare(task, tools, opts, samples);
+    finish(task, p, opts, gpu, samples, record)
+}
+
+/// Checks many tasks: originals on `jobs` worker threads, the GPU half in this thread, in
+/// task order; `each` sees every result as it is done.
+#[allow(clippy::too_many_arguments)]
+pub fn check_tasks(
+    tasks: &[&Task],
+    tools: &Tools,
+    opts: &CheckOptions,
+    gpu: Option<&GpuCheck<'_>>,
+    samples: Option<&Samples>,
+    mut record: Option<&mut Samples>,
+    jobs: usize,
+    mut each: impl FnMut(&TaskCheck),
+) -> Vec<TaskCheck> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel::<(usize, Prepared)>();
+    let mut results: Vec<Option<TaskCheck>> = (0..tasks.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1).min(tasks.len().max(1)) {
+            let tx = tx.clone();
+            let next = &next;
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(t) = tasks.get(i) else { break };
+                if tx.send((i, prepare(t, tools, opts, samples))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (i, p) in rx {
+            let c = finish(tasks[i], p, opts, gpu, samples, record.as_deref_mut());
+            each(&c);
+            results[i] = Some(c);
+        }
+    });
+    results.into_iter().flatten().collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compare_side(
+    task: &Task,
+    ci: usize,
+    inputs: &HostInputs,
+    got: &OriginalOutputs,
+    seed: u64,
+    opts: &CheckOptions,
+    gpu: Option<&GpuCheck<'_>>,
+    samples: Option<&Samples>,
+    record: Option<&mut Samples>,
+    out: &mut TaskCheck,
+) -> Result<(), String> {
+    let cfg = &task.configs[ci];
+    if let Some(g) = gpu {
+        let bufs = buffers(task);
+        for (i, f) in inputs.values.fills.iter().enumerate() {
+            let (Some(f), Some(host)) = (f, &inputs.buffers[i]) else { continue };
+            let (name, dtype, _) = &bufs[i];
+            let dev = g
+                .gpu
+                .device_fill(*dtype, inputs.values.lens[i], buffer_seed(seed, i), f)?;
+            let w = dtype.size_bytes() as usize;
+            let differing = dev
+                .chunks(w)
+                .zip(host.chunks(w))
+                .filter(|(a, b)| a != b)
+                .count() as u64;
+            out.generator.push(TwinCheck {
+                buffer: name.clone(),
+                elements: inputs.values.lens[i],
+                differing,
+            });
+        }
+        let want = reference_outputs(task, ci, inputs, g, seed)?;
+        out.against = "reference".into();
+        out.outputs = against_reference(task, got, &want);
+        if let Some(rec) = record {
+            let mut ts = TaskSamples {
+                config: cfg.name.clone(),
+                buffers: BTreeMap::new(),
+            };
+            for (i, (name, dtype, is_out)) in bufs.iter().enumerate() {
+                if !is_out || opts.samples_per_buffer == 0 {
+                    continue;
+                }
+                let idx = sample_indices(inputs.values.lens[i], opts.samples_per_buffer, crate::inputs::mix64(i as u64));
+                let vals = idx
+                    .into_iter()
+                    .map(|k| {
+                        let v = element_f64(*dtype, &want[i], k as usize);
+                        (k, v.is_finite().then_some(v))
+                    })
+                    .collect();
+                ts.buffers.insert(name.clone(), vals);
+            }
+            rec.seed = seed;
+            rec.tasks.insert(task.id.clone(), ts);
+        }
+    } else if let Some(s) = samples.and_then(|s| s.tasks.get(&task.id)) {
+        if s.config != cfg.name {
+            return Err(format!(
+                "the samples are for config `{}`, the smallest config is now `{}`",
+                s.config, cfg.name
+            ));
+        }
+        out.against = "samples".into();
+        out.outputs = against_samples(task, got, s)?;
+    }
+    Ok(())
+}

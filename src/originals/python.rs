@@ -1,0 +1,194 @@
+//! A torch2cuda original: `original.py`'s `Model` run with PyTorch, or the task's NumPy twin,
+//! through `driver.py`; and the PyTorch-eager time of the module on the GPU.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{
+    io_error, read_outputs, run_limited, write_inputs, Ended, Engine, OriginalError,
+    OriginalOutputs, Tools,
+};
+use crate::exec::ConfigValues;
+use crate::inputs::HostInputs;
+use crate::task::{DType, InputConfig, Param, Task};
+
+const DRIVER: &str = include_str!("driver.py");
+
+/// (name, dtype, shape) of each ABI buffer for a config; a buffer without `shape` is flat.
+fn buffer_shapes(task: &Task, cfg: &InputConfig) -> Result<Vec<(String, DType, Vec<i64>)>, String> {
+    let lens = task.buffer_lens(cfg).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let buffers = task.params.iter().filter_map(|p| match p {
+        Param::Buffer { name, shape, .. } => Some((name, shape)),
+        _ => None,
+    });
+    for ((name, shape), (_, dtype, len)) in buffers.zip(lens) {
+        let dims = if shape.is_empty() {
+            vec![len as i64]
+        } else {
+            shape
+                .iter()
+                .map(|d| d.eval_int(&cfg.sizes))
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("shape of `{name}`: {e}"))?
+        };
+        out.push((name.clone(), dtype, dims));
+    }
+    Ok(out)
+}
+
+fn module_path(task: &Task, engine: Engine) -> Result<std::path::PathBuf, OriginalError> {
+    let file = match engine {
+        Engine::Numpy => task
+            .numpy_twin
+            .as_deref()
+            .ok_or_else(|| OriginalError::NoTwin {
+                task: task.id.clone(),
+            })?,
+        _ => task.original_file.as_str(),
+    };
+    let p = task.dir.join(file);
+    p.canonicalize().map_err(|e| io_error(&p, e))
+}
+
+pub(super) fn run(
+    task: &Task,
+    cfg: &InputConfig,
+    inputs: &HostInputs,
+    engine: Engine,
+    tools: &Tools,
+    dir: &Path,
+    limit: Duration,
+) -> Result<OriginalOutputs, OriginalError> {
+    let python = tools.python.as_deref().ok_or_else(|| OriginalError::Missing {
+        tool: "python3 with numpy".into(),
+        reason: "`python3 -c 'import numpy'` failed".into(),
+    })?;
+    if engine == Engine::Torch && !tools.torch {
+        return Err(OriginalError::Missing {
+            tool: "PyTorch".into(),
+            reason: "`import torch` failed".into(),
+        });
+    }
+    let shapes = buffer_shapes(task, cfg).map_err(|reason| OriginalError::Output {
+        task: task.id.clone(),
+        buffer: "(shapes)".into(),
+        reason,
+    })?;
+    let module = module_path(task, engine)?;
+    let file = |kind: &str, i: usize| dir.join(format!("{kind}_{i}.bin"));
+    let mut ins = Vec::new();
+    let mut outs = Vec::new();
+    let dirs = task.params.iter().filter_map(|p| match p {
+        Param::Buffer { direction, .. } => Some(*direction),
+        _ => None,
+    });
+    for (i, ((name, dtype, shape), direction)) in shapes.iter().zip(dirs).enumerate() {
+        if direction.is_input() {
+            ins.push(json!({"name": name, "file": file("in", i), "dtype": dtype.as_str(), "shape": shape}));
+        }
+        if direction.is_output() {
+            outs.push(json!({"name": name, "file": file("out", i), "dtype": dtype.as_str(), "shape": shape}));
+        }
+    }
+    let spec = json!({
+        "mode": if engine == Engine::Numpy { "numpy" } else { "torch" },
+        "module": module,
+        "cuda": true,
+        "inputs": ins,
+        "outputs": outs,
+    });
+    write_inputs(inputs, dir)?;
+    let spec_path = dir.join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).map_err(|e| io_error(&spec_path, e))?;
+    let driver = dir.join("driver.py");
+    std::fs::write(&driver, DRIVER).map_err(|e| io_error(&driver, e))?;
+    let mut cmd = Command::new(python);
+    cmd.arg(&driver).arg(&spec_path);
+    let failed = |reason: String| OriginalError::Run {
+        task: task.id.clone(),
+        engine,
+        config: cfg.name.clone(),
+        reason,
+    };
+    let (ended, seconds) = run_limited(cmd, limit).map_err(failed)?;
+    match ended {
+        Ended::Exited(true, _) => {}
+        Ended::Exited(false, log) => return Err(failed(format!("non-zero exit; output: {log}"))),
+        Ended::TimedOut => {
+            return Err(OriginalError::Timeout {
+                task: task.id.clone(),
+                engine,
+                config: cfg.name.clone(),
+                seconds: limit.as_secs_f64(),
+            })
+        }
+    }
+    Ok(OriginalOutputs {
+        engine,
+        buffers: read_outputs(task, inputs, dir)?,
+        seconds,
+    })
+}
+
+/// The PyTorch-eager time of `task`'s module on `cfg` on this machine's GPU (inputs drawn
+/// there from the task's distributions; an L2-sized buffer written before every run, as the
+/// timing protocol flushes L2): (median ms, min ms, runs, the driver's JSON line).
+pub fn torch_eager_ms(
+    task: &Task,
+    cfg: &InputConfig,
+    runs: usize,
+    flush_bytes: u64,
+    limit: Duration,
+) -> Result<serde_json::Value, OriginalError> {
+    let failed = |reason: String| OriginalError::Run {
+        task: task.id.clone(),
+        engine: Engine::Torch,
+        config: cfg.name.clone(),
+        reason,
+    };
+    let values = ConfigValues::of(task, cfg).map_err(failed)?;
+    let shapes = buffer_shapes(task, cfg).map_err(failed)?;
+    let ins: Vec<_> = shapes
+        .iter()
+        .zip(&values.fills)
+        .filter_map(|((name, dtype, shape), f)| {
+            f.as_ref().map(|f| {
+                json!({"name": name, "dtype": dtype.as_str(), "shape": shape,
+                       "fill": {"mode": f.mode, "a": f.a, "b": f.b}})
+            })
+        })
+        .collect();
+    let dir = super::ScratchDir::new(&task.id)?;
+    let spec = json!({
+        "mode": "time",
+        "module": module_path(task, Engine::Torch)?,
+        "inputs": ins,
+        "warmup": 5,
+        "runs": runs.max(1),
+        "flush_bytes": flush_bytes,
+    });
+    let spec_path = dir.path().join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).map_err(|e| io_error(&spec_path, e))?;
+    let driver = dir.path().join("driver.py");
+    std::fs::write(&driver, DRIVER).map_err(|e| io_error(&driver, e))?;
+    let mut cmd = Command::new("python3");
+    cmd.arg(&driver).arg(&spec_path);
+    match run_limited(cmd, limit).map_err(failed)? {
+        (Ended::Exited(true, out), _) => out
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .ok_or_else(|| failed(format!("no timing line in the output: {out}"))),
+        (Ended::Exited(false, log), _) => Err(failed(format!("non-zero exit; output: {log}"))),
+        (Ended::TimedOut, _) => Err(OriginalError::Timeout {
+            task: task.id.clone(),
+            engine: Engine::Torch,
+            config: cfg.name.clone(),
+            seconds: limit.as_secs_f64(),
+        }),
+    }
+}
