@@ -536,3 +536,54 @@ fn compute_floor_withholds_implausible_speedups() {
         .as_deref()
         .is_some_and(|w| w.starts_with("implausible")));
 }
+
+/// Every task's reference agrees with its original on the smallest config (the original run
+/// by PyTorch here when importable, with its NumPy twin checked against it), on inputs from
+/// the CPU twin of the input generator, which must write the device generator's bytes.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn originals_agree_with_references_and_the_generator_with_the_device() {
+    use cudaperf::compile::{CompileOptions, Compiler, Isolation};
+    use cudaperf::originals::{check_tasks, CheckOptions, GpuCheck, Tools};
+    let gpu = match cudaperf::exec::DirectGpu::open() {
+        Ok(g) => g,
+        Err(reason) => {
+            eprintln!("SKIPPED (no GPU): {reason}");
+            return;
+        }
+    };
+    let compiler = Compiler::new(CompileOptions {
+        arch: gpu.arch().to_string(),
+        isolation: Isolation::InProcess,
+        ..Default::default()
+    })
+    .expect("compiler");
+    let ds = cudaperf::dataset::Dataset::load(root().join("fixtures/tasks")).expect("dataset");
+    let tasks: Vec<&Task> = ds.tasks.iter().collect();
+    let tools = Tools::detect();
+    eprintln!("tools: {tools:?}");
+    let jobs = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let results = check_tasks(
+        &tasks,
+        &tools,
+        &CheckOptions::default(),
+        Some(&GpuCheck {
+            gpu: &gpu,
+            compiler: &compiler,
+        }),
+        None,
+        None,
+        jobs,
+        |c| eprintln!("{}: passed {} {:?} {:?}", c.task, c.passed(), c.engine, c.error),
+    );
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|c| !c.passed())
+        .map(|c| serde_json::to_string(c).unwrap_or_default())
+        .collect();
+    assert!(failed.is_empty(), "{} tasks failed:\n{}", failed.len(), failed.join("\n"));
+    for c in &results {
+        assert_eq!(c.against, "reference", "{}", c.task);
+        assert!(!c.generator.is_empty() && !c.outputs.is_empty(), "{}", c.task);
+    }
+}

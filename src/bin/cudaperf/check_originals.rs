@@ -22,20 +22,16 @@ pub struct Args {
     pub json: Option<PathBuf>,
 }
 
-/// The tasks of `--only` (every one named must exist), else all.
-fn chosen<'a>(ds: &'a Dataset, only: &Option<String>) -> Result<Vec<&'a Task>, String> {
+/// The tasks of `--only` (each loaded from its folder; every one named must load), else
+/// the whole dataset.
+fn chosen(dir: &std::path::Path, only: &Option<String>) -> Result<Vec<Task>, String> {
     let Some(list) = only else {
-        return Ok(ds.tasks.iter().collect());
+        return Ok(Dataset::load(dir).map_err(|e| e.to_string())?.tasks);
     };
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|id| {
-            ds.tasks
-                .iter()
-                .find(|t| t.id == id)
-                .ok_or_else(|| format!("--only: no task `{id}` in the dataset"))
-        })
+        .map(|id| Task::load(dir.join(id)).map_err(|e| format!("--only {id}: {e}")))
         .collect()
 }
 
@@ -82,8 +78,8 @@ fn line(c: &TaskCheck) -> String {
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    let ds = Dataset::load(&a.tasks).map_err(|e| e.to_string())?;
-    let tasks = chosen(&ds, &a.only)?;
+    let owned = chosen(&a.tasks, &a.only)?;
+    let tasks: Vec<&Task> = owned.iter().collect();
     let tools = Tools::detect();
     let samples = match &a.samples {
         Some(p) => Some(
@@ -192,7 +188,7 @@ pub fn torch_eager(
     runs: usize,
     out: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
-    let ds = Dataset::load(&tasks).map_err(|e| e.to_string())?;
+    let owned = chosen(&tasks, &only)?;
     let timings = match &timings {
         Some(p) => Some(cudaperf::timings::Timings::load(p).map_err(|e| e.to_string())?),
         None => None,
@@ -203,7 +199,7 @@ pub fn torch_eager(
         "{:<28} {:<12} {:>12} {:>14} {:>8}",
         "task", "config", "eager_us", "reference_us", "ref/eager"
     );
-    for t in chosen(&ds, &only)?.into_iter().filter(|t| t.kind == TaskKind::Torch2cuda) {
+    for t in owned.iter().filter(|t| t.kind == TaskKind::Torch2cuda) {
         let all: Vec<usize> = (0..t.configs.len()).collect();
         let cfg = &t.configs[cudaperf::pipeline::timing_config(t, &all)];
         let reference = timings

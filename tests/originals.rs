@@ -1,0 +1,204 @@
+//! Originals against references, on this machine: every task's original (C compiled with the
+//! system compiler, or the NumPy twin of the PyTorch module) runs on the inputs the CPU twin
+//! of the device generator gives for the smallest config, and matches the reference values
+//! sampled on the H200 (`fixtures/originals/h200-samples.json`, written by `cudaperf dataset
+//! check-originals --gpu --write-samples`). The full comparison with the reference and the
+//! generator's with the device's run in `tests/gpu.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use cudaperf::dataset::Dataset;
+use cudaperf::inputs::{fill_bytes, HostInputs};
+use cudaperf::originals::{
+    check_tasks, run_original, CheckOptions, Engine, OriginalError, Samples, Tools,
+};
+use cudaperf::task::{Param, Task, TaskKind};
+
+fn samples() -> Option<Samples> {
+    let p = common::fixture("originals/h200-samples.json");
+    let text = std::fs::read_to_string(&p).ok()?;
+    Some(serde_json::from_str(&text).expect("samples file parses"))
+}
+
+#[test]
+fn every_original_runs_and_matches_the_sampled_references() {
+    let tools = Tools::detect();
+    if tools.cc.is_none() || tools.python.is_none() {
+        panic!("this test needs a C compiler and python3 with numpy (.ci/run installs them): {tools:?}");
+    }
+    let ds = Dataset::load(common::fixture("tasks")).expect("dataset loads");
+    let tasks: Vec<&Task> = ds.tasks.iter().collect();
+    let samples = samples();
+    let results = check_tasks(
+        &tasks,
+        &tools,
+        &CheckOptions::default(),
+        None,
+        samples.as_ref(),
+        None,
+        2,
+        |_| {},
+    );
+    assert_eq!(results.len(), tasks.len());
+    let mut failed = Vec::new();
+    let mut compared = 0;
+    for r in &results {
+        if !r.passed() {
+            failed.push(format!("{}: {:?} {:?}", r.task, r.error, r.outputs));
+        }
+        if r.against == "samples" {
+            compared += 1;
+            assert!(r.outputs.iter().all(|b| b.elements > 0), "{}: no samples compared", r.task);
+        }
+    }
+    assert!(failed.is_empty(), "originals that failed:\n{}", failed.join("\n"));
+    if let Some(s) = &samples {
+        // Every task the samples cover was compared with them (a task added since has none).
+        let covered = tasks.iter().filter(|t| s.tasks.contains_key(&t.id)).count();
+        assert_eq!(compared, covered);
+        assert!(covered * 10 >= tasks.len() * 9, "samples cover {covered} of {} tasks", tasks.len());
+    }
+}
+
+#[test]
+fn torch_tasks_have_shapes_and_a_numpy_twin() {
+    let ds = Dataset::load(common::fixture("tasks")).expect("dataset loads");
+    for t in ds.tasks.iter().filter(|t| t.kind == TaskKind::Torch2cuda) {
+        assert!(t.numpy_twin.is_some(), "{}: no numpy_twin", t.id);
+        for p in &t.params {
+            if let Param::Buffer { name, shape, .. } = p {
+                assert!(!shape.is_empty(), "{}: buffer `{name}` has no shape", t.id);
+            }
+        }
+    }
+}
+
+#[test]
+fn host_inputs_follow_the_task_distributions() {
+    let task = common::vector_add();
+    let cfg = &task.configs[0];
+    let inputs = HostInputs::generate(&task, cfg, 99).expect("inputs");
+    let n = inputs.values.lens[0];
+    let a = inputs.buffers[0].as_ref().expect("a is an input");
+    assert_eq!(a.len() as u64, n * 4);
+    assert!(inputs.buffers[2].is_none(), "c is an output");
+    let f = inputs.values.fills[0].expect("fill of a");
+    assert_eq!(a, &fill_bytes(cudaperf::task::DType::F32, n, cudaperf::inputs::buffer_seed(99, 0), &f));
+    // The two inputs of one set differ, and another seed gives other numbers.
+    assert_ne!(inputs.buffers[0], inputs.buffers[1]);
+    let other = HostInputs::generate(&task, cfg, 100).expect("inputs");
+    assert_ne!(inputs.buffers[0], other.buffers[0]);
+}
+
+/// A one-buffer task in a temp folder whose original is `original` (C or Python).
+fn scratch_task(kind: &str, original: (&str, &str), twin: Option<&str>) -> (tempfile::TempDir, Task) {
+    let dir = tempfile::Builder::new().prefix("orig").tempdir().expect("tempdir");
+    let task_dir = dir.path().join("twice");
+    std::fs::create_dir(&task_dir).unwrap();
+    std::fs::write(task_dir.join(original.0), original.1).unwrap();
+    std::fs::write(
+        task_dir.join("reference.cu"),
+        "// @launch twice grid=(ceil_div(n, 256)) block=(256)\nextern \"C\" __global__ void twice(const float* x, float* y, int n) { int i = blockIdx.x * 256 + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }\n",
+    )
+    .unwrap();
+    let twin_line = match twin {
+        Some(t) => {
+            std::fs::write(task_dir.join("twin.py"), t).unwrap();
+            "numpy_twin = \"twin.py\"\n"
+        }
+        None => "",
+    };
+    let toml = format!(
+        "id = \"twice\"\nkind = \"{kind}\"\noriginal = \"{}\"\nreference = \"reference.cu\"\n{twin_line}\n\
+         [[params]]\nname = \"x\"\nkind = \"buffer\"\ndirection = \"in\"\ndtype = \"f32\"\nlen = \"n\"\nshape = [\"n\"]\n\
+         [[params]]\nname = \"y\"\nkind = \"buffer\"\ndirection = \"out\"\ndtype = \"f32\"\nlen = \"n\"\nshape = [\"n\"]\n\
+         [[params]]\nname = \"n\"\nkind = \"scalar\"\ndtype = \"i32\"\nvalue = \"n\"\n\
+         [[configs]]\nname = \"small\"\nsizes = {{ n = 1001 }}\n",
+        original.0
+    );
+    std::fs::write(task_dir.join("task.toml"), toml).unwrap();
+    let task = Task::load(&task_dir).expect("scratch task loads");
+    (dir, task)
+}
+
+fn run(task: &Task, engine: Engine, limit_s: u64) -> Result<cudaperf::originals::OriginalOutputs, OriginalError> {
+    let inputs = HostInputs::generate(task, &task.configs[0], 5).unwrap();
+    run_original(task, &task.configs[0], &inputs, engine, &Tools::detect(), Duration::from_secs(limit_s))
+}
+
+#[test]
+fn a_c_original_computes_on_the_twin_inputs() {
+    let (_d, task) = scratch_task(
+        "c2cuda",
+        ("original.c", "void twice(const float* x, float* y, int n) { for (int i = 0; i < n; ++i) y[i] = 2.0f * x[i]; }\n"),
+        None,
+    );
+    let out = run(&task, Engine::C, 60).expect("runs");
+    let inputs = HostInputs::generate(&task, &task.configs[0], 5).unwrap();
+    let x = inputs.buffers[0].as_ref().unwrap();
+    let y = out.buffers[1].as_ref().unwrap();
+    for i in [0usize, 500, 1000] {
+        let xv = f32::from_le_bytes(x[4 * i..4 * i + 4].try_into().unwrap());
+        let yv = f32::from_le_bytes(y[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(yv, 2.0 * xv);
+    }
+}
+
+#[test]
+fn broken_originals_give_errors_that_name_them() {
+    let (_d, task) = scratch_task("c2cuda", ("original.c", "void twice(const float* x, float* y, int n) { y[0] = ; }\n"), None);
+    match run(&task, Engine::C, 60) {
+        Err(e @ OriginalError::Compile { .. }) => assert!(e.to_string().contains("original.c"), "{e}"),
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    let (_d, task) = scratch_task(
+        "c2cuda",
+        ("original.c", "void twice(const float* x, float* y, int n) { volatile int k = 1; while (k) {} }\n"),
+        None,
+    );
+    match run(&task, Engine::C, 1) {
+        Err(e @ OriginalError::Timeout { .. }) => assert!(e.to_string().contains("past 1 s"), "{e}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let (_d, task) = scratch_task(
+        "torch2cuda",
+        ("original.py", "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return 2 * x\n"),
+        Some("def forward(x):\n    return 2 * x, x\n"),
+    );
+    match run(&task, Engine::Numpy, 60) {
+        Err(e @ OriginalError::Run { .. }) => {
+            assert!(e.to_string().contains("forward returned 2 outputs"), "{e}")
+        }
+        other => panic!("expected a run error, got {other:?}"),
+    }
+    let (_d, task) = scratch_task(
+        "torch2cuda",
+        ("original.py", "class Model: pass\n"),
+        None,
+    );
+    match run(&task, Engine::Numpy, 60) {
+        Err(e @ OriginalError::NoTwin { .. }) => assert!(e.to_string().contains("numpy_twin"), "{e}"),
+        other => panic!("expected no twin, got {other:?}"),
+    }
+}
+
+#[test]
+fn shapes_must_hold_their_buffers() {
+    let (_d, task) = scratch_task(
+        "torch2cuda",
+        ("original.py", "class Model: pass\n"),
+        Some("def forward(x):\n    return 2 * x\n"),
+    );
+    let toml = std::fs::read_to_string(task.dir.join("task.toml")).unwrap();
+    let bad = toml.replacen("shape = [\"n\"]", "shape = [\"n\", \"2\"]", 1);
+    let err = Task::from_toml_str(&bad, &task.dir.join("task.toml"), &task.dir, &Default::default())
+        .expect_err("a shape of 2n elements for a buffer of n");
+    let msg = err.to_string();
+    assert!(msg.contains("params[0].shape") && msg.contains("1001"), "{msg}");
+    let c_twin = toml.replace("kind = \"torch2cuda\"", "kind = \"c2cuda\"");
+    let err = Task::from_toml_str(&c_twin, &task.dir.join("task.toml"), &task.dir, &Default::default())
+        .expect_err("c2cuda with a numpy twin");
+    assert!(err.to_string().contains("numpy_twin"), "{err}");
+}
