@@ -20,20 +20,20 @@ fn timings() -> Timings {
     Timings::load(common::fixture("timings/h200.json")).expect("timings load")
 }
 
-/// Guards the dataset targets: >= 40 tasks (>= 25 c2cuda, >= 15 torch2cuda), >= 120
-/// implementations, >= 120 configs, >= 3 configs and >= 3 implementations per task.
+/// Guards the dataset targets: >= 130 tasks (>= 80 c2cuda, >= 50 torch2cuda), >= 3 configs
+/// per task (one of them with an odd size) and a reference plus >= 4 implementations.
 #[test]
 fn counts_meet_the_targets() {
     let ds = dataset();
     let s = ds.stats(Some(&timings()));
     println!("{s:?}");
-    assert!(s.tasks >= 40, "{s:?}");
+    assert!(s.tasks >= 130, "{s:?}");
     assert!(
-        s.by_kind.c2cuda >= 25 && s.by_kind.torch2cuda >= 15,
+        s.by_kind.c2cuda >= 80 && s.by_kind.torch2cuda >= 50,
         "{s:?}"
     );
-    assert!(s.implementations >= 120 && s.configs >= 120, "{s:?}");
-    assert!(s.pairs >= 100, "{s:?}");
+    assert!(s.implementations >= 650 && s.configs >= 390, "{s:?}");
+    assert!(s.pairs >= 500, "{s:?}");
     for t in &ds.tasks {
         assert!(
             t.configs.len() >= 3,
@@ -42,11 +42,37 @@ fn counts_meet_the_targets() {
             t.configs.len()
         );
         assert!(
-            t.implementations.len() >= 2,
+            t.configs
+                .iter()
+                .any(|c| c.sizes.values().any(|&v| v % 2 == 1 && v > 1)),
+            "{}: no config with an odd size",
+            t.id
+        );
+        assert!(
+            t.implementations.len() >= 4,
             "{}: reference + {} implementations",
             t.id,
             t.implementations.len()
         );
+    }
+}
+
+/// Every file in a task folder is one the task names: nothing left behind by its authors.
+#[test]
+fn task_folders_hold_only_their_files() {
+    let ds = dataset();
+    for t in &ds.tasks {
+        let mut named: BTreeSet<String> = ["task.toml".to_string(), t.original_file.clone()].into();
+        named.extend(t.numpy_twin.clone());
+        for i in t.all_implementations() {
+            if let Some(f) = i.path.file_name().and_then(|f| f.to_str()) {
+                named.insert(f.to_string());
+            }
+        }
+        for e in std::fs::read_dir(&t.dir).expect("task folder") {
+            let name = e.expect("entry").file_name().to_string_lossy().into_owned();
+            assert!(named.contains(&name), "{}: `{name}` is not named by task.toml", t.id);
+        }
     }
 }
 
