@@ -86,7 +86,7 @@ def time_eager(spec):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
-    mod = load_module(spec["module"], "cudaperf_original")
+    mod = load_module(spec["module"], "cudaperf_original_" + str(spec.get("index", 0)))
     model = mod.Model().to(dev).eval()
     tensors = [generate(torch, i, dev) for i in spec["inputs"]]
     flush = torch.empty(max(spec.get("flush_bytes", 0) // 4, 1), device=dev, dtype=torch.int32)
@@ -102,8 +102,11 @@ def time_eager(spec):
             if k >= spec["warmup"]:
                 times.append(start.elapsed_time(end))
     times.sort()
-    print(json.dumps({"median_ms": times[len(times) // 2], "min_ms": times[0], "runs": len(times),
-                      "device": torch.cuda.get_device_name(), "torch": torch.__version__}))
+    del tensors, flush
+    torch.cuda.empty_cache()
+    print(json.dumps({"index": spec.get("index", 0), "median_ms": times[len(times) // 2],
+                      "min_ms": times[0], "runs": len(times),
+                      "device": torch.cuda.get_device_name(), "torch": torch.__version__}), flush=True)
 
 
 def main():
@@ -111,6 +114,14 @@ def main():
         spec = json.load(f)
     if spec["mode"] == "time":
         time_eager(spec)
+    elif spec["mode"] == "time_many":
+        # One process for many modules: PyTorch is imported once. A module that fails
+        # prints an error line for its index and the others go on.
+        for item in spec["items"]:
+            try:
+                time_eager(item)
+            except Exception as e:  # noqa: BLE001 - reported per item
+                print(json.dumps({"index": item.get("index", 0), "error": f"{type(e).__name__}: {e}"}), flush=True)
     else:
         run(spec)
 

@@ -242,7 +242,16 @@ pub(crate) enum Ended {
 }
 
 /// Runs `cmd` with a wall-clock limit; keeps the last 4 KiB of its output.
-pub(crate) fn run_limited(mut cmd: Command, limit: Duration) -> Result<(Ended, f64), String> {
+pub(crate) fn run_limited(cmd: Command, limit: Duration) -> Result<(Ended, f64), String> {
+    run_limited_keep(cmd, limit, 4096)
+}
+
+/// The same, keeping all of its output.
+pub(crate) fn run_limited_full(cmd: Command, limit: Duration) -> Result<(Ended, f64), String> {
+    run_limited_keep(cmd, limit, usize::MAX)
+}
+
+fn run_limited_keep(mut cmd: Command, limit: Duration, keep: usize) -> Result<(Ended, f64), String> {
     use std::io::Read;
     let out_path = std::env::temp_dir().join(format!(
         "cudaperf-original-log-{}-{:?}",
@@ -270,7 +279,7 @@ pub(crate) fn run_limited(mut cmd: Command, limit: Duration) -> Result<(Ended, f
     if let Ok(mut f) = std::fs::File::open(&out_path) {
         let mut bytes = Vec::new();
         let _ = f.read_to_end(&mut bytes);
-        let tail = &bytes[bytes.len().saturating_sub(4096)..];
+        let tail = &bytes[bytes.len().saturating_sub(keep)..];
         text = String::from_utf8_lossy(tail).into_owned();
     }
     let _ = std::fs::remove_file(&out_path);

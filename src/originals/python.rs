@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{
-    io_error, read_outputs, run_limited, write_inputs, Ended, Engine, OriginalError,
+    io_error, read_outputs, run_limited, run_limited_full, write_inputs, Ended, Engine, OriginalError,
     OriginalOutputs, Tools,
 };
 use crate::exec::ConfigValues;
@@ -134,61 +134,91 @@ pub(super) fn run(
     })
 }
 
-/// The PyTorch-eager time of `task`'s module on `cfg` on this machine's GPU (inputs drawn
-/// there from the task's distributions; an L2-sized buffer written before every run, as the
-/// timing protocol flushes L2): (median ms, min ms, runs, the driver's JSON line).
+/// The PyTorch-eager time of each `(task, config)` module on this machine's GPU, in one
+/// Python process (PyTorch imported once): inputs drawn there from the task's distributions,
+/// an L2-sized buffer written before every run (as the timing protocol flushes L2), 5
+/// warm-ups, then `runs` timed runs with CUDA events. Per item, the driver's JSON line
+/// (`median_ms`, `min_ms`, `runs`, `device`, `torch`) or why it failed.
 pub fn torch_eager_ms(
-    task: &Task,
-    cfg: &InputConfig,
+    items: &[(&Task, &InputConfig)],
     runs: usize,
     flush_bytes: u64,
     limit: Duration,
-) -> Result<serde_json::Value, OriginalError> {
-    let failed = |reason: String| OriginalError::Run {
+) -> Result<Vec<Result<serde_json::Value, String>>, OriginalError> {
+    let failed = |task: &Task, cfg: &InputConfig, reason: String| OriginalError::Run {
         task: task.id.clone(),
         engine: Engine::Torch,
         config: cfg.name.clone(),
         reason,
     };
-    let values = ConfigValues::of(task, cfg).map_err(failed)?;
-    let shapes = buffer_shapes(task, cfg).map_err(failed)?;
-    let ins: Vec<_> = shapes
-        .iter()
-        .zip(&values.fills)
-        .filter_map(|((name, dtype, shape), f)| {
-            f.as_ref().map(|f| {
-                json!({"name": name, "dtype": dtype.as_str(), "shape": shape,
-                       "fill": {"mode": f.mode, "a": f.a, "b": f.b}})
+    let mut specs = Vec::new();
+    for (index, &(task, cfg)) in items.iter().enumerate() {
+        let values = ConfigValues::of(task, cfg).map_err(|r| failed(task, cfg, r))?;
+        let shapes = buffer_shapes(task, cfg).map_err(|r| failed(task, cfg, r))?;
+        let ins: Vec<_> = shapes
+            .iter()
+            .zip(&values.fills)
+            .filter_map(|((name, dtype, shape), f)| {
+                f.as_ref().map(|f| {
+                    json!({"name": name, "dtype": dtype.as_str(), "shape": shape,
+                           "fill": {"mode": f.mode, "a": f.a, "b": f.b}})
+                })
             })
-        })
-        .collect();
-    let dir = super::ScratchDir::new(&task.id)?;
-    let spec = json!({
-        "mode": "time",
-        "module": module_path(task, Engine::Torch)?,
-        "inputs": ins,
-        "warmup": 5,
-        "runs": runs.max(1),
-        "flush_bytes": flush_bytes,
-    });
+            .collect();
+        specs.push(json!({
+            "index": index,
+            "module": module_path(task, Engine::Torch)?,
+            "inputs": ins,
+            "warmup": 5,
+            "runs": runs.max(1),
+            "flush_bytes": flush_bytes,
+        }));
+    }
+    let dir = super::ScratchDir::new("torch-eager")?;
+    let spec = json!({"mode": "time_many", "items": specs});
     let spec_path = dir.path().join("spec.json");
     std::fs::write(&spec_path, spec.to_string()).map_err(|e| io_error(&spec_path, e))?;
     let driver = dir.path().join("driver.py");
     std::fs::write(&driver, DRIVER).map_err(|e| io_error(&driver, e))?;
     let mut cmd = Command::new("python3");
     cmd.arg(&driver).arg(&spec_path);
-    match run_limited(cmd, limit).map_err(failed)? {
-        (Ended::Exited(true, out), _) => out
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .ok_or_else(|| failed(format!("no timing line in the output: {out}"))),
-        (Ended::Exited(false, log), _) => Err(failed(format!("non-zero exit; output: {log}"))),
-        (Ended::TimedOut, _) => Err(OriginalError::Timeout {
-            task: task.id.clone(),
-            engine: Engine::Torch,
-            config: cfg.name.clone(),
-            seconds: limit.as_secs_f64(),
-        }),
+    let whole = |reason: String| OriginalError::Run {
+        task: "(torch-eager)".into(),
+        engine: Engine::Torch,
+        config: "timed".into(),
+        reason,
+    };
+    let (ended, _) = run_limited_full(cmd, limit).map_err(whole)?;
+    let out = match ended {
+        Ended::Exited(_, out) => out,
+        Ended::TimedOut => {
+            return Err(OriginalError::Timeout {
+                task: "(torch-eager)".into(),
+                engine: Engine::Torch,
+                config: "timed".into(),
+                seconds: limit.as_secs_f64(),
+            })
+        }
+    };
+    let mut results: Vec<Result<serde_json::Value, String>> = (0..items.len())
+        .map(|_| Err(format!("no result (the driver stopped early); its output ended with: {}", tail(&out))))
+        .collect();
+    for v in out.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+        let Some(i) = v["index"].as_u64().map(|i| i as usize).filter(|&i| i < items.len()) else {
+            continue;
+        };
+        results[i] = match v["error"].as_str() {
+            Some(e) => Err(e.to_string()),
+            None => Ok(v),
+        };
     }
+    Ok(results)
+}
+
+fn tail(s: &str) -> &str {
+    let mut start = s.len().saturating_sub(600);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
 }

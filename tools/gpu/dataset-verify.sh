@@ -4,13 +4,16 @@
 # the device's (`dataset check-originals --gpu`, reference samples written for CI), the GPU
 # tests, `cudaperf measure`, and PyTorch-eager times of the torch2cuda originals.
 # STEPS picks steps (default all: originals,tests,measure,eager); ONLY limits the tasks of
-# originals/measure/eager; *_S are the time limits. Logs go to $OUT.
+# originals and measure (MEASURE_ONLY: measure alone, EAGER_ONLY: eager alone); *_S are the
+# time limits. Logs go to $OUT.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 export CARGO_MANIFEST_DIR=$PWD CUDAPERF_WORKER=$PWD/.gpu/cudaperf
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STEPS=${STEPS:-originals,tests,measure,eager}
 only=(); [ -n "${ONLY:-}" ] && only=(--only "$ONLY")
+monly=("${only[@]}"); [ -n "${MEASURE_ONLY:-}" ] && monly=(--only "$MEASURE_ONLY")
+eonly=(); [ -n "${EAGER_ONLY:-}" ] && eonly=(--only "$EAGER_ONLY")
 hdr() { echo "# $(date -u) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader), $(nproc) cores"; echo "# command: $*"; }
 step() { [[ ",$STEPS," == *",$1,"* ]]; }
 if step originals; then
@@ -24,13 +27,12 @@ if step tests; then
   grep -E "^test |test result|panicked" "$OUT/gpu-tests.log" | head -30
 fi
 if step measure; then
-  cmd=(.gpu/cudaperf measure --tasks fixtures/tasks --out "$OUT/h200-measure.json" "${only[@]}")
+  cmd=(.gpu/cudaperf measure --tasks fixtures/tasks --out "$OUT/h200-measure.json" "${monly[@]}")
   { hdr "${cmd[*]}"; timeout "${MEASURE_S:-300}" "${cmd[@]}"; echo "exit status $?"; } > "$OUT/measure.log" 2>&1
   grep -v "  correct  " "$OUT/measure.log" | tail -40
 fi
 if step eager; then
-  t=(); [ -f "$OUT/h200-measure.json" ] && t=(--timings "$OUT/h200-measure.json")
-  cmd=(.gpu/cudaperf dataset torch-eager --tasks fixtures/tasks --out "$OUT/torch-eager.json" "${t[@]}" "${only[@]}")
+  cmd=(.gpu/cudaperf dataset torch-eager --tasks fixtures/tasks --out "$OUT/torch-eager.json" --timings "${EAGER_TIMINGS:-fixtures/timings/h200.json}" "${eonly[@]}")
   { hdr "${cmd[*]}"; echo "# $(python3 -c 'import torch; print("torch", torch.__version__)' 2>&1)"; timeout "${EAGER_S:-200}" "${cmd[@]}"; echo "exit status $?"; } > "$OUT/torch-eager.log" 2>&1
   tail -60 "$OUT/torch-eager.log"
 fi

@@ -199,16 +199,27 @@ pub fn torch_eager(
         "{:<28} {:<12} {:>12} {:>14} {:>8}",
         "task", "config", "eager_us", "reference_us", "ref/eager"
     );
-    for t in owned.iter().filter(|t| t.kind == TaskKind::Torch2cuda) {
-        let all: Vec<usize> = (0..t.configs.len()).collect();
-        let cfg = &t.configs[cudaperf::pipeline::timing_config(t, &all)];
+    let torch: Vec<&Task> = owned
+        .iter()
+        .filter(|t| t.kind == TaskKind::Torch2cuda)
+        .collect();
+    let items: Vec<_> = torch
+        .iter()
+        .map(|t| {
+            let all: Vec<usize> = (0..t.configs.len()).collect();
+            (*t, &t.configs[cudaperf::pipeline::timing_config(t, &all)])
+        })
+        .collect();
+    // 2 x the H200's 60 MiB L2, as the timing protocol flushes; 20 s per module at most.
+    let limit = Duration::from_secs(60 + 20 * items.len() as u64);
+    let results = originals::torch_eager_ms(&items, runs, 128 << 20, limit).map_err(|e| e.to_string())?;
+    for ((t, cfg), r) in items.iter().zip(results) {
         let reference = timings
             .as_ref()
             .and_then(|tm| tm.tasks.get(&t.id))
             .and_then(|tt| tt.implementations.get("reference"))
             .and_then(|r| r.time_us);
-        // 2 x the H200's 60 MiB L2, as the timing protocol flushes.
-        match originals::torch_eager_ms(t, cfg, runs, 128 << 20, Duration::from_secs(300)) {
+        match r {
             Ok(v) => {
                 let eager_us = v["median_ms"].as_f64().unwrap_or(f64::NAN) * 1000.0;
                 println!(
