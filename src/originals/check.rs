@@ -54,7 +54,27 @@ pub struct TaskSamples {
     /// The config (the smallest).
     pub config: String,
     /// Per output buffer: (element index, value; `None` where it is not finite).
-    pub buffers: BTreeMap<String, Vec<(u64, Option<f64>)>>,
+    pub buffers: BTreeMap<String, Vec<(u64, Option<Exact>)>>,
+}
+
+/// A double written as its shortest round-trip decimal text (`"0.02524677477777004"`), so
+/// that it reads back bit for bit (JSON numbers go through a parser that may round).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Exact(pub f64);
+
+impl Serialize for Exact {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:?}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Exact {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Exact, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse::<f64>()
+            .map(Exact)
+            .map_err(|e| serde::de::Error::custom(format!("`{text}` is not a number: {e}")))
+    }
 }
 
 /// How the CPU twin of the input generator compared with the device, per input buffer.
@@ -168,7 +188,7 @@ fn against_samples(task: &Task, got: &OriginalOutputs, s: &TaskSamples) -> Resul
             let gv = element_f64(*dtype, g, idx as usize);
             c.elements += 1;
             match w {
-                Some(w) => c.add(idx, gv, w, &task.tolerance),
+                Some(Exact(w)) => c.add(idx, gv, w, &task.tolerance),
                 None if !gv.is_finite() => {}
                 None => c.add(idx, gv, f64::NAN, &task.tolerance),
             }
@@ -401,7 +421,7 @@ fn compare_side(
                     .into_iter()
                     .map(|k| {
                         let v = element_f64(*dtype, &want[i], k as usize);
-                        (k, v.is_finite().then_some(v))
+                        (k, v.is_finite().then_some(Exact(v)))
                     })
                     .collect();
                 ts.buffers.insert(name.clone(), vals);

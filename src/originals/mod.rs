@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub use check::{
-    check_task, check_tasks, finish, prepare, CheckOptions, GpuCheck, Prepared, Samples, TaskCheck,
+    check_task, check_tasks, finish, prepare, CheckOptions, Exact, GpuCheck, Prepared, Samples, TaskCheck,
     TaskSamples, TwinCheck,
 };
 pub use compare::{compare, element_f64, BufferCompare};
