@@ -105,7 +105,7 @@ fn trains_on_the_dataset() {
     let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
     let t =
         cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
-    let data = cudaperf::ranker::ranking_data(&ds, &t, 0).expect("ranking data");
+    let data = cudaperf::ranker::ranking_data(&ds, &t, &cudaperf::ranker::FeatureSet::default()).expect("ranking data");
     assert!(data.pairs.len() >= 100 && data.samples.len() >= 100);
     let config = cudaperf::ranker::RankerConfig::new().with_epochs(60);
     let report = cudaperf::ranker::cross_validate(&data, 3, &config).expect("cv");
