@@ -456,8 +456,7 @@ mod launch {
     use cudaperf::dataset::Dataset;
     use cudaperf::ranker::{
         features_for, launch_features_named, ranking_data, train, FeatureSet, RankerConfig,
-        RankerError, TimedPlan, TrainedRanker, LAUNCH_FEATURE_NAMES, LAUNCH_PREFIX,
-        REFERENCE_SMS,
+        RankerError, TimedPlan, TrainedRanker, LAUNCH_FEATURE_NAMES, LAUNCH_PREFIX, REFERENCE_SMS,
     };
     use cudaperf::task::Task;
     use cudaperf::timings::Timings;
@@ -477,8 +476,8 @@ mod launch {
     /// The launch features of `source` on `task`'s timed config, by name.
     fn of(task: &Task, source: &str) -> HashMap<&'static str, f32> {
         let plan = TimedPlan::of_source(task, source, &PlanLimits::default(), "test").unwrap();
-        let f = launch_features_named(&plan.input(task), &analyze(source.as_bytes()), "test")
-            .unwrap();
+        let f =
+            launch_features_named(&plan.input(task, source), &analyze(source.as_bytes()), "test").unwrap();
         let names: Vec<&str> = f.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, LAUNCH_FEATURE_NAMES);
         assert!(f.iter().all(|(_, v)| v.is_finite()), "{f:?}");
@@ -486,7 +485,10 @@ mod launch {
     }
 
     fn imp(task: &Task, name: &str) -> String {
-        task.implementation(name).expect("implementation").source.clone()
+        task.implementation(name)
+            .expect("implementation")
+            .source
+            .clone()
     }
 
     /// One block of 1024 threads walks the whole array (the "one SM works" shape).
@@ -520,9 +522,18 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
         let t = task("prefix_sum");
         let one = of(&t, SINGLE_BLOCK_SCAN);
         let one_block = (1.0f32 / REFERENCE_SMS as f32).ln();
-        assert!((one["launch_max_blocks_per_sm"] - one_block).abs() < 1e-5, "{one:?}");
-        assert_eq!(one["launch_min_blocks_per_sm"], one["launch_max_blocks_per_sm"]);
-        assert!((one["launch_small_grid_work"] - 2f32.ln()).abs() < 1e-5, "{one:?}");
+        assert!(
+            (one["launch_max_blocks_per_sm"] - one_block).abs() < 1e-5,
+            "{one:?}"
+        );
+        assert_eq!(
+            one["launch_min_blocks_per_sm"],
+            one["launch_max_blocks_per_sm"]
+        );
+        assert!(
+            (one["launch_small_grid_work"] - 2f32.ln()).abs() < 1e-5,
+            "{one:?}"
+        );
         // 33.5 M elements over 1024 threads: ~32 K serial elements per thread.
         assert!(one["launch_max_elements_per_thread"] > 10.0, "{one:?}");
         assert_eq!(one["launch_count"], 2f32.ln());
@@ -534,7 +545,10 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
         assert_eq!(reference["launch_small_grids"], 2f32.ln());
         assert!(reference["launch_small_grid_work"] < 0.01, "{reference:?}");
         // Two full passes (scan, add offsets) plus the block sums.
-        assert!((reference["launch_passes"] - 3f32.ln()).abs() < 0.01, "{reference:?}");
+        assert!(
+            (reference["launch_passes"] - 3f32.ln()).abs() < 0.01,
+            "{reference:?}"
+        );
         assert!(
             reference["launch_max_elements_per_thread"] < one["launch_max_elements_per_thread"]
         );
@@ -574,9 +588,7 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
         assert!(flat["launch_threads_per_element"].abs() < 0.01, "{flat:?}");
         assert!(stride["launch_threads_per_element"] < -1.0, "{stride:?}");
         assert!((stride["launch_max_blocks_per_sm"] - 8f32.ln()).abs() < 1e-5);
-        assert!(
-            stride["launch_max_elements_per_thread"] > flat["launch_max_elements_per_thread"]
-        );
+        assert!(stride["launch_max_elements_per_thread"] > flat["launch_max_elements_per_thread"]);
         assert_eq!(flat["launch_small_grids"], 0.0);
     }
 
@@ -589,9 +601,8 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
         let err = TimedPlan::of_source(&t, &bad, &PlanLimits::default(), "bad.cu").unwrap_err();
         assert!(matches!(err, RankerError::LaunchPlan { .. }), "{err}");
         assert!(err.to_string().contains("bad.cu"), "{err}");
-        let err =
-            TimedPlan::of_source(&t, "__global__ void k() {}", &PlanLimits::default(), "x")
-                .unwrap_err();
+        let err = TimedPlan::of_source(&t, "__global__ void k() {}", &PlanLimits::default(), "x")
+            .unwrap_err();
         assert!(matches!(err, RankerError::LaunchPlan { .. }), "{err}");
         let names = FeatureSet {
             launch: true,
@@ -633,10 +644,9 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
             let s = &data.samples[0];
             let t = ds.task(&s.task).unwrap();
             let source = &t.implementation(&s.name).unwrap().source;
-            let plan = launch.then(|| {
-                TimedPlan::of_source(t, source, &PlanLimits::default(), &s.name).unwrap()
-            });
-            let input = plan.as_ref().map(|p| p.input(t));
+            let plan = launch
+                .then(|| TimedPlan::of_source(t, source, &PlanLimits::default(), &s.name).unwrap());
+            let input = plan.as_ref().map(|p| p.input(t, source));
             let v = features_for(source, input.as_ref(), loaded.feature_names()).unwrap();
             assert_eq!(v, s.features);
             assert_eq!(loaded.score(&v).unwrap(), model.score(&s.features).unwrap());

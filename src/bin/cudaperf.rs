@@ -995,7 +995,7 @@ fn rank(
         } else {
             None
         };
-        let input = plan.as_ref().map(|p| p.input(&task));
+        let input = plan.as_ref().map(|p| p.input(&task, code));
         let f = features_for(code, input.as_ref(), ranker.feature_names())
             .map_err(|e| format!("{}: {e}", display_name(p)))?;
         ranker.score(&f).map_err(|e| e.to_string())

@@ -113,6 +113,7 @@ impl RankerState {
         let ranker = self.model()?;
         let names = ranker.feature_names();
         let launch = FeatureSet::of(names).launch;
+        let source = input.candidate.map_or("", |c| c.source.as_str());
         let timed = if launch {
             Some(candidate_plan(task, input)?)
         } else {
@@ -121,7 +122,7 @@ impl RankerState {
         let cand = features_from(
             input.features,
             input.tree,
-            timed.as_ref().map(|t| t.input(task)).as_ref(),
+            timed.as_ref().map(|t| t.input(task, source)).as_ref(),
             names,
         )
         .and_then(|f| ranker.score(&f))
@@ -146,7 +147,7 @@ impl RankerState {
                 };
                 let r = features_for(
                     &task.reference.source,
-                    plan.as_ref().map(|p| p.input(task)).as_ref(),
+                    plan.as_ref().map(|p| p.input(task, &task.reference.source)).as_ref(),
                     names,
                 )
                 .and_then(|f| ranker.score(&f))
@@ -176,14 +177,15 @@ enum CandidatePlan<'a> {
 }
 
 impl CandidatePlan<'_> {
-    fn input<'t>(&'t self, task: &'t Task) -> LaunchInput<'t> {
+    fn input<'t>(&'t self, task: &'t Task, source: &'t str) -> LaunchInput<'t> {
         match self {
             CandidatePlan::Borrowed(config, plan) => LaunchInput {
                 task,
                 config: &task.configs[*config],
                 plan,
+                source,
             },
-            CandidatePlan::Owned(t) => t.input(task),
+            CandidatePlan::Owned(t) => t.input(task, source),
         }
     }
 }

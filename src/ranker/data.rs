@@ -122,7 +122,10 @@ impl RankingData {
             .filter(|&i| keep(&self.feature_names[i]))
             .collect();
         RankingData {
-            feature_names: cols.iter().map(|&i| self.feature_names[i].clone()).collect(),
+            feature_names: cols
+                .iter()
+                .map(|&i| self.feature_names[i].clone())
+                .collect(),
             samples: self
                 .samples
                 .iter()

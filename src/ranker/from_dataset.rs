@@ -35,7 +35,11 @@ impl FeatureSet {
 
     /// The feature names, in vector order.
     pub fn names(&self) -> Vec<String> {
-        let launch: &[&str] = if self.launch { LAUNCH_FEATURE_NAMES } else { &[] };
+        let launch: &[&str] = if self.launch {
+            LAUNCH_FEATURE_NAMES
+        } else {
+            &[]
+        };
         FEATURE_NAMES
             .iter()
             .chain(launch)
@@ -112,8 +116,7 @@ pub fn features_from(
     if set.launch {
         let input = launch.ok_or_else(|| RankerError::LaunchPlan {
             what: "the ranker input".into(),
-            reason: "the model uses launch_* features but no resolved launch plan was given"
-                .into(),
+            reason: "the model uses launch_* features but no resolved launch plan was given".into(),
         })?;
         v.extend(launch_features(input, features, "the ranker input")?);
     }
@@ -158,11 +161,14 @@ pub fn ranking_data(dataset: &Dataset, timings: &Timings, set: &FeatureSet) -> R
             } else {
                 None
             };
-            let input = plan.as_ref().map(|p| p.input(task));
-            let features = features_for(&imp.source, input.as_ref(), &names).map_err(|e| match e {
-                RankerError::LaunchPlan { reason, .. } => RankerError::LaunchPlan { what, reason },
-                other => other,
-            })?;
+            let input = plan.as_ref().map(|p| p.input(task, &imp.source));
+            let features =
+                features_for(&imp.source, input.as_ref(), &names).map_err(|e| match e {
+                    RankerError::LaunchPlan { reason, .. } => {
+                        RankerError::LaunchPlan { what, reason }
+                    }
+                    other => other,
+                })?;
             index.insert(key, samples.len());
             samples.push(Sample {
                 task: task.id.clone(),

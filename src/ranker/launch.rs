@@ -13,7 +13,11 @@
 //!   dtype, and unlike the sum of buffers it does not count a matmul's operands twice.
 //! * For each launch `l`: `blocks_l` (grid product), `threads_l = blocks_l × block product`,
 //!   and `elems_l`, the element count of the largest buffer (ABI or scratch) passed to it
-//!   (at least 1): the data the launch sweeps.
+//!   that its kernel reads or writes (at least 1): the data the launch sweeps. A kernel
+//!   parameter counts as accessed when the structure analysis found a global load or store
+//!   through it; when the kernel, its parameter names or its accesses cannot be read (or
+//!   it touches none of its buffers, e.g. atomics only), every buffer passed counts. So a
+//!   launch that only zeroes a small output does not count the input it is also handed.
 //!
 //! | name | value |
 //! |---|---|
@@ -41,8 +45,8 @@
 //! [`SyncFeatures`]: crate::analysis::SyncFeatures
 
 use super::error::{RankerError, Result};
-use crate::analysis::Features;
-use crate::candidate::{Candidate, PlanLimits, ResolvedArg, ResolvedPlan};
+use crate::analysis::{Features, KernelFeatures};
+use crate::candidate::{kernel_params, Candidate, PlanLimits, ResolvedArg, ResolvedPlan};
 use crate::pipeline::timing_config;
 use crate::task::{InputConfig, Param, Task};
 
@@ -79,6 +83,9 @@ pub struct LaunchInput<'a> {
     pub config: &'a InputConfig,
     /// The resolved plan.
     pub plan: &'a ResolvedPlan,
+    /// The CUDA source the plan belongs to (its kernels' parameter names tell which of the
+    /// buffers passed each launch reads or writes).
+    pub source: &'a str,
 }
 
 /// A launch plan resolved on its task's timed configuration, owned.
@@ -125,12 +132,13 @@ impl TimedPlan {
         Ok(TimedPlan { config, plan })
     }
 
-    /// The plan with its task and configuration, for [`launch_features`].
-    pub fn input<'a>(&'a self, task: &'a Task) -> LaunchInput<'a> {
+    /// The plan with its task, configuration and source, for [`launch_features`].
+    pub fn input<'a>(&'a self, task: &'a Task, source: &'a str) -> LaunchInput<'a> {
         LaunchInput {
             task,
             config: &task.configs[self.config],
             plan: &self.plan,
+            source,
         }
     }
 }
@@ -159,7 +167,12 @@ pub fn launch_features_named(
     features: &Features,
     what: &str,
 ) -> Result<Vec<(&'static str, f32)>> {
-    let LaunchInput { task, config, plan } = *input;
+    let LaunchInput {
+        task,
+        config,
+        plan,
+        source,
+    } = *input;
     if plan.launches.is_empty() {
         return Err(launch_error(what, "the plan has no launch"));
     }
@@ -189,8 +202,11 @@ pub fn launch_features_named(
         let blocks = l.grid.iter().map(|&g| f64::from(g)).product::<f64>();
         let block = l.block.iter().map(|&b| f64::from(b)).product::<f64>();
         let threads = blocks * block;
-        let mut elems = 0u64;
-        for a in &l.args {
+        let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
+        let kernel = features.kernels.iter().find(|k| k.name == base);
+        let accessed = kernel.and_then(|k| accessed_params(source, k, l.args.len()));
+        let (mut elems, mut touched) = (0u64, 0u64);
+        for (ai, a) in l.args.iter().enumerate() {
             let len = match *a {
                 ResolvedArg::Param { index } => param_lens.get(index).copied(),
                 ResolvedArg::Scratch { index } => plan.scratch_lens.get(index).copied(),
@@ -199,10 +215,20 @@ pub fn launch_features_named(
             let len = len.ok_or_else(|| {
                 launch_error(
                     what,
-                    format!("launch {} (`{}`): an argument is out of range", li + 1, l.kernel),
+                    format!(
+                        "launch {} (`{}`): an argument is out of range",
+                        li + 1,
+                        l.kernel
+                    ),
                 )
             })?;
             elems = elems.max(len);
+            if accessed.as_ref().is_some_and(|a| a[ai]) {
+                touched = touched.max(len);
+            }
+        }
+        if touched > 0 {
+            elems = touched;
         }
         let elems = elems.max(1) as f64;
         let per_thread = elems / threads;
@@ -220,8 +246,7 @@ pub fn launch_features_named(
             widest_block = block;
         }
         max_smem = max_smem.max(l.smem);
-        let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
-        if let Some(k) = features.kernels.iter().find(|k| k.name == base) {
+        if let Some(k) = kernel {
             let s = &k.sync;
             let repeat = per_thread.max(1.0);
             let looped = f64::from(s.atomics_global_in_loops);
@@ -240,15 +265,56 @@ pub fn launch_features_named(
         ("launch_min_blocks_per_sm", ln_ratio(min_blocks / sms)),
         ("launch_small_grids", ln1p(f64::from(small))),
         ("launch_small_grid_work", ln1p(small_work)),
-        ("launch_global_atomics_per_element", ln1p(global_atomics / n)),
-        ("launch_shared_atomics_per_element", ln1p(shared_atomics / n)),
+        (
+            "launch_global_atomics_per_element",
+            ln1p(global_atomics / n),
+        ),
+        (
+            "launch_shared_atomics_per_element",
+            ln1p(shared_atomics / n),
+        ),
         ("launch_block_threads", ln_ratio(widest_block)),
         ("launch_max_smem_kib", ln1p(f64::from(max_smem) / 1024.0)),
     ])
 }
 
+/// Which of a kernel's `args` parameters (by position) it loads from or stores to, from the
+/// analysis' global-access findings; `None` when the parameter list cannot be read, does not
+/// match the launch, or the findings were capped (not every access is listed).
+fn accessed_params(source: &str, kernel: &KernelFeatures, args: usize) -> Option<Vec<bool>> {
+    let g = &kernel.global_accesses;
+    let listed = g.coalesced + g.strided + g.uniform + g.indirect + g.unknown;
+    if g.findings.len() < listed as usize {
+        return None;
+    }
+    let params: Vec<String> = kernel_params(source, &kernel.name)?
+        .into_iter()
+        .filter(|p| p.trim() != "void")
+        .collect();
+    if params.len() != args {
+        return None;
+    }
+    Some(
+        params
+            .iter()
+            .map(|p| {
+                let decl = p.split('[').next().unwrap_or(p);
+                let name = decl
+                    .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .find(|s| !s.is_empty())
+                    .unwrap_or("");
+                !name.is_empty() && g.findings.iter().any(|f| f.array == name)
+            })
+            .collect(),
+    )
+}
+
 /// The launch-plan feature vector, one value per entry of [`LAUNCH_FEATURE_NAMES`].
-pub fn launch_features(input: &LaunchInput<'_>, features: &Features, what: &str) -> Result<Vec<f32>> {
+pub fn launch_features(
+    input: &LaunchInput<'_>,
+    features: &Features,
+    what: &str,
+) -> Result<Vec<f32>> {
     Ok(launch_features_named(input, features, what)?
         .into_iter()
         .map(|(_, v)| v)
