@@ -476,8 +476,12 @@ mod launch {
     /// The launch features of `source` on `task`'s timed config, by name.
     fn of(task: &Task, source: &str) -> HashMap<&'static str, f32> {
         let plan = TimedPlan::of_source(task, source, &PlanLimits::default(), "test").unwrap();
-        let f =
-            launch_features_named(&plan.input(task, source), &analyze(source.as_bytes()), "test").unwrap();
+        let f = launch_features_named(
+            &plan.input(task, source),
+            &analyze(source.as_bytes()),
+            "test",
+        )
+        .unwrap();
         let names: Vec<&str> = f.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, LAUNCH_FEATURE_NAMES);
         assert!(f.iter().all(|(_, v)| v.is_finite()), "{f:?}");

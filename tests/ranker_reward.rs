@@ -145,12 +145,22 @@ fn pipeline_scores_with_launch_features() {
         .score(&ctx, &Submission::from_source(other.source.clone()))
         .expect("score")
         .value;
-    assert!(v.is_finite() && (-1.0..=1.0).contains(&v) && v != 0.0, "{v}");
+    assert!(
+        v.is_finite() && (-1.0..=1.0).contains(&v) && v != 0.0,
+        "{v}"
+    );
 
-    let broken = task.reference.source.replace("grid=(ceil_div(n, 256))", "grid=(n - n)");
+    let broken = task
+        .reference
+        .source
+        .replace("grid=(ceil_div(n, 256))", "grid=(n - n)");
     assert_ne!(broken, task.reference.source);
     let eval = ctx.evaluate(&Submission::from_source(broken.clone()), Stage::Ranker);
-    let err = eval.stages.ranker.and_then(|r| r.error).expect("ranker error");
+    let err = eval
+        .stages
+        .ranker
+        .and_then(|r| r.error)
+        .expect("ranker error");
     assert!(err.contains("launch-plan"), "{err}");
     assert!(RankerReward
         .score(&ctx, &Submission::from_source(broken))

@@ -147,7 +147,9 @@ impl RankerState {
                 };
                 let r = features_for(
                     &task.reference.source,
-                    plan.as_ref().map(|p| p.input(task, &task.reference.source)).as_ref(),
+                    plan.as_ref()
+                        .map(|p| p.input(task, &task.reference.source))
+                        .as_ref(),
                     names,
                 )
                 .and_then(|f| ranker.score(&f))

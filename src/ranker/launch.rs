@@ -150,13 +150,20 @@ fn launch_error(what: &str, reason: impl std::fmt::Display) -> RankerError {
     }
 }
 
-/// `ln(x)` of a positive ratio, clamped so that it stays finite.
+/// `ln(x)` of a positive ratio, clamped so that it stays finite (NaN gives 0).
 fn ln_ratio(x: f64) -> f32 {
-    x.max(1e-30).min(1e30).ln() as f32
+    if x.is_nan() {
+        return 0.0;
+    }
+    x.clamp(1e-30, 1e30).ln() as f32
 }
 
+/// `ln(1 + x)` of a non-negative quantity, clamped so that it stays finite (NaN gives 0).
 fn ln1p(x: f64) -> f32 {
-    x.max(0.0).min(1e30).ln_1p() as f32
+    if x.is_nan() {
+        return 0.0;
+    }
+    x.clamp(0.0, 1e30).ln_1p() as f32
 }
 
 /// The launch-plan features of `input` with the structure analysis' `features` of the same
