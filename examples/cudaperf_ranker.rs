@@ -6,7 +6,7 @@
 //! cargo run --release --example cudaperf_ranker -- --out runs/ranker [--cv 5] [--seed 42] [--ngrams 0] [--launch-features true]
 //! ```
 //! Reads `fixtures/tasks` and the H200 timings `fixtures/timings/h200.json`; writes the model
-//! (`metadata.json` + weights), its training curve `training.png` and `cv.json` to `--out`,
+//! (`ranker.json` + weights), its training curve `training.png` and `cv.json` to `--out`,
 //! and prints the accuracy table (the ranker with and without launch-plan features and the
 //! hand-weighted score, on the same folds). Training runs on burn's default device (the ndarray CPU
 //! backend; libtorch with `--features tch`).
