@@ -33,6 +33,27 @@ impl FeatureSet {
         }
     }
 
+    /// True when `names` are exactly [`names`](Self::names) (compared without building
+    /// them: this runs for every scored candidate).
+    pub fn matches(&self, names: &[String]) -> bool {
+        let launch: &[&str] = if self.launch {
+            LAUNCH_FEATURE_NAMES
+        } else {
+            &[]
+        };
+        let fixed = FEATURE_NAMES.len() + launch.len();
+        names.len() == fixed + self.ngram_buckets
+            && names
+                .iter()
+                .zip(FEATURE_NAMES.iter().chain(launch))
+                .all(|(a, b)| a == b)
+            && names[fixed..].iter().enumerate().all(|(i, n)| {
+                let digits = i.checked_ilog10().unwrap_or(0) as usize + 1;
+                n.strip_prefix("syntax_ngram_")
+                    .is_some_and(|d| d.len() == digits.max(3) && d.parse::<usize>() == Ok(i))
+            })
+    }
+
     /// The feature names, in vector order.
     pub fn names(&self) -> Vec<String> {
         let launch: &[&str] = if self.launch {
@@ -95,23 +116,25 @@ pub fn features_from(
     names: &[String],
 ) -> Result<Vec<f32>> {
     let set = FeatureSet::of(names);
-    check_names("the ranker model", names, &set.names()).map_err(|e| match e {
-        RankerError::FeatureMismatch {
-            model,
-            detail,
-            model_features,
-            expected_features,
-        } => RankerError::FeatureMismatch {
-            model,
-            detail: format!(
-                "{detail} (this build computes the structural features, then optionally the \
+    if !set.matches(names) {
+        check_names("the ranker model", names, &set.names()).map_err(|e| match e {
+            RankerError::FeatureMismatch {
+                model,
+                detail,
+                model_features,
+                expected_features,
+            } => RankerError::FeatureMismatch {
+                model,
+                detail: format!(
+                    "{detail} (this build computes the structural features, then optionally the \
                  launch-plan and n-gram ones; retrain the model)"
-            ),
-            model_features,
-            expected_features,
-        },
-        other => other,
-    })?;
+                ),
+                model_features,
+                expected_features,
+            },
+            other => other,
+        })?;
+    }
     let mut v = features.to_vector();
     if set.launch {
         let input = launch.ok_or_else(|| RankerError::LaunchPlan {
@@ -195,4 +218,40 @@ pub fn ranking_data(dataset: &Dataset, timings: &Timings, set: &FeatureSet) -> R
     };
     data.validate()?;
     Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_agrees_with_names() {
+        for launch in [false, true] {
+            for ngram_buckets in [0, 3, 1001] {
+                let set = FeatureSet {
+                    launch,
+                    ngram_buckets,
+                };
+                let names = set.names();
+                assert!(set.matches(&names));
+                assert_eq!(FeatureSet::of(&names), set);
+                let mut other = names.clone();
+                other.swap(0, 1);
+                assert!(!set.matches(&other));
+                if ngram_buckets > 0 {
+                    let mut other = names.clone();
+                    let last = other.len() - 1;
+                    other[last] = format!("syntax_ngram_0{}", ngram_buckets - 1);
+                    assert!(!set.matches(&other));
+                }
+                assert!(!set.matches(&names[1..]));
+            }
+        }
+        let mut bad = feature_names(0);
+        bad[3] = "something_else".into();
+        let err = features_from(&Features::default(), None, None, &bad).unwrap_err();
+        assert!(matches!(err, RankerError::FeatureMismatch { .. }), "{err}");
+        let ok = features_from(&Features::default(), None, None, &feature_names(2)).unwrap();
+        assert_eq!(ok.len(), FEATURE_NAMES.len() + 2);
+    }
 }
