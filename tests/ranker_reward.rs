@@ -150,6 +150,23 @@ fn pipeline_scores_with_launch_features() {
         "{v}"
     );
 
+    // Checking only the first config: the ranker still reads the plan of the timed one.
+    let mut few = EvalOptions {
+        no_gpu: true,
+        ..Default::default()
+    };
+    few.exec.max_configs = Some(1);
+    let e1 = Evaluator::new(few)
+        .expect("evaluator")
+        .with_ranker(e.ranker().expect("model").as_ref().clone());
+    let ctx1 = Context::new(task, &e1);
+    let sub = Submission::from_source(other.source.clone());
+    let plan = ctx1.evaluate(&sub, Stage::Ranker).plan.expect("plan");
+    assert_eq!(plan.configs, vec![0]);
+    assert_ne!(cudaperf::ranker::TimedPlan::timed_config(task), Some(0));
+    let v1 = RankerReward.score(&ctx1, &sub).expect("score").value;
+    assert_eq!(v1, v);
+
     let broken = task
         .reference
         .source
