@@ -3,24 +3,23 @@
 //! structural score (what `cudaperf train-ranker --cv 5` prints).
 //!
 //! ```text
-//! cargo run --release --example cudaperf_ranker -- --out runs/ranker [--cv 5] [--seed 42] [--ngrams 0]
+//! cargo run --release --example cudaperf_ranker -- --out runs/ranker [--cv 5] [--seed 42] [--ngrams 0] [--launch-features true]
 //! ```
 //! Reads `fixtures/tasks` and the H200 timings `fixtures/timings/h200.json`; writes the model
-//! (`metadata.json` + weights), its training curve `training.png` and `cv.json` to `--out`,
-//! and prints the accuracy table. Training runs on burn's default device (the ndarray CPU
+//! (`ranker.json` + weights), its training curve `training.png` and `cv.json` to `--out`,
+//! and prints the accuracy table (the ranker with and without launch-plan features and the
+//! hand-weighted score, on the same folds). Training runs on burn's default device (the ndarray CPU
 //! backend; libtorch with `--features tch`).
 
 #[path = "common/setup.rs"]
 #[allow(dead_code)]
 mod setup;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Parser;
-use cudaperf::analysis::{analyze, structural_score};
 use cudaperf::dataset::Dataset;
-use cudaperf::ranker::{self, PairAccuracy, RankerConfig};
+use cudaperf::ranker::{self, FeatureSet, RankerConfig, LAUNCH_PREFIX};
 use cudaperf::timings::Timings;
 
 #[derive(Parser, Debug)]
@@ -38,6 +37,10 @@ struct Args {
     /// Hashed syntax n-gram buckets added to the structural features (0: none).
     #[arg(long, default_value_t = 0)]
     ngrams: usize,
+    /// Train the saved model with the launch-plan features (`launch_*`; the comparison
+    /// shows both either way).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    launch_features: bool,
     /// Maximum epochs.
     #[arg(long, default_value_t = 300)]
     epochs: usize,
@@ -52,7 +55,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. Data: every correct, timed implementation and the pairs outside the noise.
     let dataset = Dataset::load(fixtures.join("tasks"))?;
     let timings = Timings::load(fixtures.join("timings/h200.json"))?;
-    let data = ranker::ranking_data(&dataset, &timings, args.ngrams)?;
+    // With launch-plan features; the model drops them unless --launch-features.
+    let full = ranker::ranking_data(
+        &dataset,
+        &timings,
+        &FeatureSet {
+            launch: true,
+            ngram_buckets: args.ngrams,
+        },
+    )?;
+    let data = if args.launch_features {
+        full.clone()
+    } else {
+        full.select_features(|n| !n.starts_with(LAUNCH_PREFIX))
+    };
     println!(
         "{} implementations, {} pairs, {} features, {} tasks (timings: {} on {})",
         data.samples.len(),
@@ -78,60 +94,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.out.display()
     );
 
-    // 3. Leave-tasks-out: the learned ranker and the hand-weighted score on the same folds.
-    let learned = ranker::cross_validate(&data, args.cv, &config)?;
-    let hand_scores: HashMap<(String, String), f64> = dataset
-        .implementations()
-        .map(|(task, imp)| {
-            let f = analyze(imp.source.as_bytes());
-            (
-                (task.id.clone(), imp.name.clone()),
-                structural_score(&f, None, None).value,
-            )
-        })
-        .collect();
-    let hand = ranker::cross_validate_scorer(
-        &data,
-        args.cv,
-        &config,
-        "hand-weighted structural score",
-        |s| {
-            hand_scores
-                .get(&(s.task.clone(), s.name.clone()))
-                .copied()
-                .unwrap_or(0.0)
-        },
-    )?;
+    // 3. Leave-tasks-out: the learned ranker with and without launch-plan features and the
+    //    hand-weighted score, on the same folds.
+    let compared = ranker::compare_on_folds(&dataset, &full, args.cv, &config)?;
     std::fs::write(
         args.out.join("cv.json"),
-        serde_json::to_string_pretty(
-            &serde_json::json!({"learned": learned, "hand_weighted": hand}),
-        )?,
+        serde_json::to_string_pretty(&compared)?,
     )?;
-
-    let pct = |a: &PairAccuracy| {
-        a.accuracy.map_or("-".to_string(), |x| {
-            format!("{:.1} % ({})", 100.0 * x, a.pairs)
-        })
-    };
     println!(
         "\nleave-tasks-out {}-fold pairwise accuracy (chance 50 %):\n",
         args.cv
     );
-    println!("| scorer | all pairs | c2cuda | torch2cuda | ≥ 2× apart | < 2× apart |");
-    println!("|---|---|---|---|---|---|");
-    for r in [&learned, &hand] {
-        let k = |name: &str| r.accuracy.by_kind.get(name).map_or("-".to_string(), pct);
-        println!(
-            "| {} | {} | {} | {} | {} | {} |",
-            r.scorer,
-            pct(&r.accuracy.overall),
-            k("c2cuda"),
-            k("torch2cuda"),
-            pct(&r.accuracy.ratio_at_least_2x),
-            pct(&r.accuracy.ratio_below_2x)
-        );
-    }
-    println!("| chance | 50 % | | | | |");
+    print!("{}", compared.table());
     Ok(())
 }

@@ -286,7 +286,7 @@ pub fn global_function_names(source: &str) -> Vec<String> {
 }
 
 /// The parameter list of a `__global__` function named `name`, split at top-level commas.
-fn kernel_params(source: &str, name: &str) -> Option<Vec<String>> {
+pub(crate) fn kernel_params(source: &str, name: &str) -> Option<Vec<String>> {
     let mut search = source;
     while let Some(g) = search.find("__global__") {
         let after = &search[g..];

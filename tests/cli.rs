@@ -297,3 +297,61 @@ fn rank_works_from_any_folder_with_the_embedded_model() {
         "the folder is the embedded model"
     );
 }
+
+/// `rank` with a model that uses launch-plan features resolves each file's plan on the
+/// task's timed config; a file whose plan does not resolve is an error naming it.
+#[test]
+fn rank_with_a_launch_feature_model() {
+    use cudaperf::ranker::{ranking_data, train, FeatureSet, RankerConfig};
+    let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).unwrap();
+    let t = cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).unwrap();
+    let set = FeatureSet {
+        launch: true,
+        ngram_buckets: 0,
+    };
+    let data = ranking_data(&ds, &t, &set).unwrap();
+    let (model, _) = train(&data, &RankerConfig::new().with_epochs(5), |_| {}).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().join("model");
+    model.save(&model_dir).unwrap();
+    let task = common::fixture("tasks/histogram_256");
+    let a = common::fixture("tasks/histogram_256/reference.cu");
+    let b = common::fixture("tasks/histogram_256/shared_privatized.cu");
+    let args = |b: &Path| {
+        vec![
+            "rank".to_string(),
+            "--task".into(),
+            task.display().to_string(),
+            a.display().to_string(),
+            b.display().to_string(),
+            "--model".into(),
+            model_dir.display().to_string(),
+            "--json".into(),
+        ]
+    };
+    let owned = args(&b);
+    let o = run(
+        None,
+        &owned.iter().map(String::as_str).collect::<Vec<_>>(),
+        None,
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["prob_a_faster"].as_f64().is_some_and(f64::is_finite),
+        "{v}"
+    );
+
+    let broken = dir.path().join("broken.cu");
+    let source = std::fs::read_to_string(&b).unwrap();
+    std::fs::write(&broken, source.replace("block=(256)", "block=(2048)")).unwrap();
+    let owned = args(&broken);
+    let o = run(
+        None,
+        &owned.iter().map(String::as_str).collect::<Vec<_>>(),
+        None,
+        &[],
+    );
+    assert_error(&o, &["broken.cu", "launch-plan"]);
+}

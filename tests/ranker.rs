@@ -447,3 +447,229 @@ fn trained_ranker_is_send_and_sync() {
     assert_send_sync::<TrainedRanker>();
     assert_send_sync::<cudaperf::ranker::CvReport>();
 }
+
+// ---- Launch-plan features on real fixtures ----
+
+mod launch {
+    use cudaperf::analysis::analyze;
+    use cudaperf::candidate::PlanLimits;
+    use cudaperf::dataset::Dataset;
+    use cudaperf::ranker::{
+        features_for, launch_features_named, ranking_data, train, FeatureSet, RankerConfig,
+        RankerError, TimedPlan, TrainedRanker, LAUNCH_FEATURE_NAMES, LAUNCH_PREFIX, REFERENCE_SMS,
+    };
+    use cudaperf::task::Task;
+    use cudaperf::timings::Timings;
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+
+    fn fixture(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(rel)
+    }
+
+    fn task(id: &str) -> Task {
+        Task::load(fixture("tasks").join(id)).expect("task")
+    }
+
+    /// The launch features of `source` on `task`'s timed config, by name.
+    fn of(task: &Task, source: &str) -> HashMap<&'static str, f32> {
+        let plan = TimedPlan::of_source(task, source, &PlanLimits::default(), "test").unwrap();
+        let f = launch_features_named(
+            &plan.input(task, source),
+            &analyze(source.as_bytes()),
+            "test",
+        )
+        .unwrap();
+        let names: Vec<&str> = f.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, LAUNCH_FEATURE_NAMES);
+        assert!(f.iter().all(|(_, v)| v.is_finite()), "{f:?}");
+        f.into_iter().collect()
+    }
+
+    fn imp(task: &Task, name: &str) -> String {
+        task.implementation(name)
+            .expect("implementation")
+            .source
+            .clone()
+    }
+
+    /// One block of 1024 threads walks the whole array (the "one SM works" shape).
+    const SINGLE_BLOCK_SCAN: &str = r#"
+// @launch scan_one_block grid=(1) block=(1024)
+extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __restrict__ y, int n) {
+    __shared__ float part[1024];
+    float carry = 0.0f;
+    for (int base = 0; base < n; base += 1024) {
+        int i = base + threadIdx.x;
+        part[threadIdx.x] = i < n ? x[i] : 0.0f;
+        __syncthreads();
+        for (int o = 1; o < 1024; o <<= 1) {
+            float v = threadIdx.x >= o ? part[threadIdx.x - o] : 0.0f;
+            __syncthreads();
+            part[threadIdx.x] += v;
+            __syncthreads();
+        }
+        if (i < n) y[i] = carry + part[threadIdx.x];
+        carry += part[1023];
+        __syncthreads();
+    }
+}
+"#;
+
+    // Guards the starved-grid signal: a one-block scan sits far below one block per SM and
+    // sweeps the whole array in that launch; the multi-block reference's one-block pass
+    // only touches the block sums.
+    #[test]
+    fn one_block_plans_are_far_below_one_block_per_sm() {
+        let t = task("prefix_sum");
+        let one = of(&t, SINGLE_BLOCK_SCAN);
+        let one_block = (1.0f32 / REFERENCE_SMS as f32).ln();
+        assert!(
+            (one["launch_max_blocks_per_sm"] - one_block).abs() < 1e-5,
+            "{one:?}"
+        );
+        assert_eq!(
+            one["launch_min_blocks_per_sm"],
+            one["launch_max_blocks_per_sm"]
+        );
+        assert!(
+            (one["launch_small_grid_work"] - 2f32.ln()).abs() < 1e-5,
+            "{one:?}"
+        );
+        // 33.5 M elements over 1024 threads: ~32 K serial elements per thread.
+        assert!(one["launch_max_elements_per_thread"] > 10.0, "{one:?}");
+        assert_eq!(one["launch_count"], 2f32.ln());
+
+        let reference = of(&t, &imp(&t, "reference"));
+        assert_eq!(reference["launch_count"], 4f32.ln()); // three launches
+        assert!((reference["launch_min_blocks_per_sm"] - one_block).abs() < 1e-5);
+        assert!(reference["launch_max_blocks_per_sm"] > 5.0, "{reference:?}");
+        assert_eq!(reference["launch_small_grids"], 2f32.ln());
+        assert!(reference["launch_small_grid_work"] < 0.01, "{reference:?}");
+        // Two full passes (scan, add offsets) plus the block sums.
+        assert!(
+            (reference["launch_passes"] - 3f32.ln()).abs() < 0.01,
+            "{reference:?}"
+        );
+        assert!(
+            reference["launch_max_elements_per_thread"] < one["launch_max_elements_per_thread"]
+        );
+    }
+
+    // Guards the atomics signal: the reference histogram does one global atomic per element;
+    // the privatized one does its per-element atomics in shared memory and few global ones.
+    #[test]
+    fn histogram_atomics_per_element() {
+        let t = task("histogram_256");
+        let global = of(&t, &imp(&t, "reference"));
+        let private = of(&t, &imp(&t, "shared_privatized"));
+        assert!(
+            (global["launch_global_atomics_per_element"] - 2f32.ln()).abs() < 0.01,
+            "{global:?}"
+        );
+        assert_eq!(global["launch_shared_atomics_per_element"], 0.0);
+        assert!(
+            private["launch_global_atomics_per_element"] < 0.1,
+            "{private:?}"
+        );
+        assert!(
+            private["launch_shared_atomics_per_element"] > 0.5,
+            "{private:?}"
+        );
+        // Both zero the bins with one block first.
+        assert_eq!(global["launch_small_grids"], 2f32.ln());
+    }
+
+    // Guards the parallelism signal: one thread per element against a grid-stride loop over
+    // 1056 blocks (8 per SM).
+    #[test]
+    fn grid_stride_against_one_thread_per_element() {
+        let t = task("black_scholes");
+        let flat = of(&t, &imp(&t, "reference"));
+        let stride = of(&t, &imp(&t, "grid_stride_ilp2"));
+        assert!(flat["launch_threads_per_element"].abs() < 0.01, "{flat:?}");
+        assert!(stride["launch_threads_per_element"] < -1.0, "{stride:?}");
+        assert!((stride["launch_max_blocks_per_sm"] - 8f32.ln()).abs() < 1e-5);
+        assert!(stride["launch_max_elements_per_thread"] > flat["launch_max_elements_per_thread"]);
+        assert_eq!(flat["launch_small_grids"], 0.0);
+    }
+
+    // Guards errors: a plan that cannot resolve on the timed config, or a model that needs a
+    // plan scored without one, is a typed error naming the source, never a panic.
+    #[test]
+    fn unresolvable_plans_are_errors() {
+        let t = task("black_scholes");
+        let bad = imp(&t, "reference").replace("grid=(ceil_div(n, 256))", "grid=(n - n)");
+        let err = TimedPlan::of_source(&t, &bad, &PlanLimits::default(), "bad.cu").unwrap_err();
+        assert!(matches!(err, RankerError::LaunchPlan { .. }), "{err}");
+        assert!(err.to_string().contains("bad.cu"), "{err}");
+        let err = TimedPlan::of_source(&t, "__global__ void k() {}", &PlanLimits::default(), "x")
+            .unwrap_err();
+        assert!(matches!(err, RankerError::LaunchPlan { .. }), "{err}");
+        let names = FeatureSet {
+            launch: true,
+            ngram_buckets: 0,
+        }
+        .names();
+        let err = features_for(&imp(&t, "reference"), None, &names).unwrap_err();
+        assert!(matches!(err, RankerError::LaunchPlan { .. }), "{err}");
+    }
+
+    // Guards the model with and without launch features: trained on the real dataset, saved,
+    // loaded and scored with the same features; the two share samples and pairs.
+    #[test]
+    fn models_with_and_without_launch_features_round_trip() {
+        let ds = Dataset::load(fixture("tasks")).unwrap();
+        let timings = Timings::load(fixture("timings/h200.json")).unwrap();
+        let set = FeatureSet {
+            launch: true,
+            ngram_buckets: 0,
+        };
+        let full = ranking_data(&ds, &timings, &set).unwrap();
+        assert_eq!(FeatureSet::of(&full.feature_names), set);
+        let plain = full.select_features(|n| !n.starts_with(LAUNCH_PREFIX));
+        assert_eq!(plain.feature_names, FeatureSet::default().names());
+        assert_eq!(
+            full.feature_names.len(),
+            plain.feature_names.len() + LAUNCH_FEATURE_NAMES.len()
+        );
+        assert_eq!(full.pairs, plain.pairs);
+        let config = RankerConfig::new().with_epochs(5);
+        for data in [&full, &plain] {
+            let (model, _) = train(data, &config, |_| {}).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            model.save(dir.path()).unwrap();
+            let loaded = TrainedRanker::load(dir.path(), &data.feature_names).unwrap();
+            let launch = FeatureSet::of(loaded.feature_names()).launch;
+            assert_eq!(launch, std::ptr::eq(data, &full));
+            // Scoring from source (as `cudaperf rank` does) gives the training vector.
+            let s = &data.samples[0];
+            let t = ds.task(&s.task).unwrap();
+            let source = &t.implementation(&s.name).unwrap().source;
+            let plan = launch
+                .then(|| TimedPlan::of_source(t, source, &PlanLimits::default(), &s.name).unwrap());
+            let input = plan.as_ref().map(|p| p.input(t, source));
+            let v = features_for(source, input.as_ref(), loaded.feature_names()).unwrap();
+            assert_eq!(v, s.features);
+            assert_eq!(loaded.score(&v).unwrap(), model.score(&s.features).unwrap());
+        }
+    }
+
+    // Guards old models: the shipped folder (structural features only) loads, needs no
+    // launch plan, and scores as the embedded model does.
+    #[test]
+    fn old_model_file_still_loads_and_scores() {
+        let old = TrainedRanker::load_unchecked(fixture("models/ranker")).unwrap();
+        assert_eq!(FeatureSet::of(old.feature_names()), FeatureSet::default());
+        let t = task("histogram_256");
+        let (a, b) = (imp(&t, "reference"), imp(&t, "shared_privatized"));
+        let fa = features_for(&a, None, old.feature_names()).unwrap();
+        let fb = features_for(&b, None, old.feature_names()).unwrap();
+        let shipped = TrainedRanker::shipped().unwrap();
+        assert_eq!(old.score(&fa).unwrap(), shipped.score(&fa).unwrap());
+        assert!(old.score(&fa).unwrap().is_finite() && old.score(&fb).unwrap().is_finite());
+        assert_ne!(old.score(&fa).unwrap(), old.score(&fb).unwrap());
+    }
+}

@@ -105,10 +105,81 @@ fn trains_on_the_dataset() {
     let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
     let t =
         cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
-    let data = cudaperf::ranker::ranking_data(&ds, &t, 0).expect("ranking data");
+    let data = cudaperf::ranker::ranking_data(&ds, &t, &cudaperf::ranker::FeatureSet::default())
+        .expect("ranking data");
     assert!(data.pairs.len() >= 100 && data.samples.len() >= 100);
     let config = cudaperf::ranker::RankerConfig::new().with_epochs(60);
     let report = cudaperf::ranker::cross_validate(&data, 3, &config).expect("cv");
     let acc = report.accuracy.overall.accuracy.expect("accuracy");
     assert!(acc > 0.6, "held-out pairwise accuracy {acc}");
+}
+
+/// A model with launch-plan features in the pipeline: the ranker stage resolves the
+/// candidate's and the reference's plans on the timed config; a candidate whose plan does
+/// not resolve makes the reward unavailable with the reason, never a panic or a number.
+#[test]
+fn pipeline_scores_with_launch_features() {
+    use cudaperf::ranker::{ranking_data, train, FeatureSet, RankerConfig};
+    let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
+    let t =
+        cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
+    let set = FeatureSet {
+        launch: true,
+        ngram_buckets: 0,
+    };
+    let data = ranking_data(&ds, &t, &set).expect("ranking data");
+    let (model, _) = train(&data, &RankerConfig::new().with_epochs(5), |_| {}).expect("train");
+    let e = Evaluator::new(EvalOptions {
+        no_gpu: true,
+        ..Default::default()
+    })
+    .expect("evaluator")
+    .with_ranker(model);
+    let task = ds.task("histogram_256").expect("task");
+    let ctx = Context::new(task, &e);
+    let reference = Submission::from_source(task.reference.source.clone());
+    let v = RankerReward.score(&ctx, &reference).expect("score").value;
+    assert!(v.abs() < 1e-6, "{v}");
+    let other = task.implementation("shared_privatized").expect("impl");
+    let v = RankerReward
+        .score(&ctx, &Submission::from_source(other.source.clone()))
+        .expect("score")
+        .value;
+    assert!(
+        v.is_finite() && (-1.0..=1.0).contains(&v) && v != 0.0,
+        "{v}"
+    );
+
+    // Checking only the first config: the ranker still reads the plan of the timed one.
+    let mut few = EvalOptions {
+        no_gpu: true,
+        ..Default::default()
+    };
+    few.exec.max_configs = Some(1);
+    let e1 = Evaluator::new(few)
+        .expect("evaluator")
+        .with_ranker(e.ranker().expect("model").as_ref().clone());
+    let ctx1 = Context::new(task, &e1);
+    let sub = Submission::from_source(other.source.clone());
+    let plan = ctx1.evaluate(&sub, Stage::Ranker).plan.expect("plan");
+    assert_eq!(plan.configs, vec![0]);
+    assert_ne!(cudaperf::ranker::TimedPlan::timed_config(task), Some(0));
+    let v1 = RankerReward.score(&ctx1, &sub).expect("score").value;
+    assert_eq!(v1, v);
+
+    let broken = task
+        .reference
+        .source
+        .replace("grid=(ceil_div(n, 256))", "grid=(n - n)");
+    assert_ne!(broken, task.reference.source);
+    let eval = ctx.evaluate(&Submission::from_source(broken.clone()), Stage::Ranker);
+    let err = eval
+        .stages
+        .ranker
+        .and_then(|r| r.error)
+        .expect("ranker error");
+    assert!(err.contains("launch-plan"), "{err}");
+    assert!(RankerReward
+        .score(&ctx, &Submission::from_source(broken))
+        .is_err());
 }

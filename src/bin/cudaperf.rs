@@ -166,6 +166,14 @@ enum Command {
         /// Hashed syntax n-gram buckets added to the structural features (0: none).
         #[arg(long, default_value_t = 0, value_parser = count)]
         ngrams: usize,
+        /// Include the launch-plan features (`launch_*`: each implementation's `// @launch`
+        /// plan resolved on its task's timed config — launches, blocks per SM against the
+        /// H200's 132 SMs, passes over the data, serial elements per thread, atomics per
+        /// element). On by default for new models; `--launch-features false` trains on the
+        /// source features only. The cross-validation report shows the ranker with and
+        /// without them either way.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        launch_features: bool,
         /// Training epochs (maximum; early stopping may end sooner; at least 1).
         #[arg(long, default_value_t = 300, value_parser = count)]
         epochs: usize,
@@ -828,11 +836,12 @@ fn train_ranker(
     plot: Option<PathBuf>,
     cv: usize,
     ngrams: usize,
+    launch_features: bool,
     epochs: usize,
     seed: u64,
     report: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
-    use cudaperf::ranker::{self, RankerConfig};
+    use cudaperf::ranker::{self, FeatureSet, RankerConfig, LAUNCH_PREFIX};
     // Every argument is checked before the (long) training starts.
     if epochs == 0 {
         return Err("--epochs must be at least 1".into());
@@ -860,7 +869,35 @@ fn train_ranker(
     config.validate().map_err(|e| e.to_string())?;
     let ds = cudaperf::dataset::Dataset::load(&tasks).map_err(|e| format!("--tasks: {e}"))?;
     let t = cudaperf::timings::Timings::load(&timings).map_err(|e| format!("--timings: {e}"))?;
-    let data = ranker::ranking_data(&ds, &t, ngrams).map_err(|e| e.to_string())?;
+    // The data with launch-plan features (the cross-validation compares with and without
+    // them); without the flag a plan that does not resolve only drops that comparison.
+    let with_launch = ranker::ranking_data(
+        &ds,
+        &t,
+        &FeatureSet {
+            launch: true,
+            ngram_buckets: ngrams,
+        },
+    );
+    let (data, full) = match (with_launch, launch_features) {
+        (Ok(full), true) => (full.clone(), Some(full)),
+        (Ok(full), false) => (
+            full.select_features(|n| !n.starts_with(LAUNCH_PREFIX)),
+            Some(full),
+        ),
+        (Err(e), true) => return Err(e.to_string()),
+        (Err(e), false) => {
+            eprintln!("launch-plan features unavailable, compared without them: {e}");
+            let plain = FeatureSet {
+                launch: false,
+                ngram_buckets: ngrams,
+            };
+            (
+                ranker::ranking_data(&ds, &t, &plain).map_err(|e| e.to_string())?,
+                None,
+            )
+        }
+    };
     if cv > data.tasks().len() {
         return Err(format!(
             "--cv {cv}: only {} tasks have timed pairs, so at most {} folds",
@@ -912,55 +949,12 @@ fn train_ranker(
         png.display()
     );
     if cv >= 2 {
-        let learned = ranker::cross_validate(&data, cv, &config).map_err(|e| e.to_string())?;
-        let by_name: std::collections::HashMap<(String, String), f64> = ds
-            .implementations()
-            .map(|(task, imp)| {
-                let f = cudaperf::analysis::analyze(imp.source.as_bytes());
-                (
-                    (task.id.clone(), imp.name.clone()),
-                    cudaperf::analysis::structural_score(&f, None, None).value,
-                )
-            })
-            .collect();
-        let hand = ranker::cross_validate_scorer(
-            &data,
-            cv,
-            &config,
-            "hand-weighted structural score",
-            |s| {
-                by_name
-                    .get(&(s.task.clone(), s.name.clone()))
-                    .copied()
-                    .unwrap_or(0.0)
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        let pct = |a: &ranker::PairAccuracy| {
-            a.accuracy.map_or("-".to_string(), |x| {
-                format!("{:.1} % ({} pairs)", 100.0 * x, a.pairs)
-            })
-        };
+        let compared = ranker::compare_on_folds(&ds, full.as_ref().unwrap_or(&data), cv, &config)
+            .map_err(|e| e.to_string())?;
         println!("leave-tasks-out {cv}-fold pairwise accuracy (chance 50 %):");
-        println!("| scorer | all pairs | c2cuda | torch2cuda | >= 2x apart | < 2x apart |");
-        println!("|---|---|---|---|---|---|");
-        for r in [&learned, &hand] {
-            let k = |name: &str| r.accuracy.by_kind.get(name).map_or("-".to_string(), pct);
-            println!(
-                "| {} | {} | {} | {} | {} | {} |",
-                r.scorer,
-                pct(&r.accuracy.overall),
-                k("c2cuda"),
-                k("torch2cuda"),
-                pct(&r.accuracy.ratio_at_least_2x),
-                pct(&r.accuracy.ratio_below_2x)
-            );
-        }
+        print!("{}", compared.table());
         if let Some(p) = report {
-            write_json(
-                &p,
-                &serde_json::json!({"learned": learned, "hand_weighted": hand}),
-            )?;
+            write_json(&p, &compared)?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -973,7 +967,7 @@ fn rank(
     model: Option<PathBuf>,
     json: bool,
 ) -> Result<ExitCode, String> {
-    use cudaperf::ranker::{features_for, TrainedRanker};
+    use cudaperf::ranker::{features_for, FeatureSet, TimedPlan, TrainedRanker};
     check_stdin_once(&[a.clone(), b.clone()])?;
     let task = Task::load(&task).map_err(|e| e.to_string())?;
     let model = model.or_else(|| {
@@ -993,7 +987,17 @@ fn rank(
             (None, Err(e)) => return Err(format!("{}: {e}", display_name(p))),
             (None, Ok(_)) => return Err(format!("{}: no code block found", display_name(p))),
         };
-        let f = features_for(code, ranker.feature_names()).map_err(|e| e.to_string())?;
+        // A model with launch-plan features needs the plan on the task's timed config.
+        let plan = if FeatureSet::of(ranker.feature_names()).launch {
+            let what = display_name(p);
+            let limits = cudaperf::candidate::PlanLimits::default();
+            Some(TimedPlan::of_source(&task, code, &limits, &what).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        let input = plan.as_ref().map(|p| p.input(&task, code));
+        let f = features_for(code, input.as_ref(), ranker.feature_names())
+            .map_err(|e| format!("{}: {e}", display_name(p)))?;
         ranker.score(&f).map_err(|e| e.to_string())
     };
     let (sa, sb) = (score(&a)?, score(&b)?);
@@ -1265,10 +1269,22 @@ fn main() -> ExitCode {
             plot,
             cv,
             ngrams,
+            launch_features,
             epochs,
             seed,
             report,
-        } => train_ranker(tasks, timings, out, plot, cv, ngrams, epochs, seed, report),
+        } => train_ranker(
+            tasks,
+            timings,
+            out,
+            plot,
+            cv,
+            ngrams,
+            launch_features,
+            epochs,
+            seed,
+            report,
+        ),
         Command::Rank {
             task,
             a,

@@ -17,7 +17,7 @@ use crate::task::Task;
 use super::error::{EvalError, NoExecutor};
 use super::extract::{self, Plan, Submission};
 use super::gpu::{GpuMember, GpuState};
-use super::ranker::RankerState;
+use super::ranker::{RankerInput, RankerState};
 use super::report::Stages;
 use super::{compile, structure, syntax, Stage, Verdict};
 
@@ -425,7 +425,14 @@ impl Evaluator {
             }
             Stage::Ranker => {
                 if let (Some(features), Some(tree)) = (&eval.features, &eval.tree) {
-                    eval.stages.ranker = Some(self.ranker.run(task, features, Some(tree)));
+                    let input = RankerInput {
+                        features,
+                        tree: Some(tree),
+                        candidate: eval.candidate.as_ref(),
+                        plan: eval.plan.as_ref(),
+                        limits: &self.options.plan_limits,
+                    };
+                    eval.stages.ranker = Some(self.ranker.run(task, &input));
                 }
             }
             // One GPU job does correctness and, when a later stage is wanted, timing.

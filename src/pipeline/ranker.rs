@@ -1,15 +1,34 @@
 //! Stage 5, ranker: the learned pairwise score of the candidate against the task's
-//! reference, from the structure stage's features (no second parse or analysis).
+//! reference, from the structure stage's features (no second parse or analysis) and, for a
+//! model with launch-plan features, the extract stage's plan on the task's timed
+//! configuration (resolved here only when the extract stage did not time that one).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::analysis::{Features, SourceTree};
-use crate::ranker::{features_for, features_from, sigmoid, TrainedRanker, SHIPPED_ORIGIN};
+use crate::candidate::{Candidate, PlanLimits};
+use crate::ranker::{
+    features_for, features_from, sigmoid, FeatureSet, LaunchInput, TimedPlan, TrainedRanker,
+    SHIPPED_ORIGIN,
+};
 use crate::task::Task;
 
+use super::extract::Plan;
 use super::report::RankerStage;
+
+/// What the ranker stage reads of a candidate besides its structure features: the
+/// ABI-checked candidate and its plan from the extract stage (either may be missing when
+/// that stage failed; only a model with launch-plan features needs them).
+#[derive(Clone, Copy)]
+pub(crate) struct RankerInput<'a> {
+    pub features: &'a Features,
+    pub tree: Option<&'a SourceTree>,
+    pub candidate: Option<&'a Candidate>,
+    pub plan: Option<&'a Plan>,
+    pub limits: &'a PlanLimits,
+}
 
 /// Environment variable naming a ranker model folder that replaces the shipped model (when
 /// `EvalOptions::ranker_model` is not set).
@@ -78,30 +97,36 @@ impl RankerState {
             .map_err(Clone::clone)
     }
 
-    /// The ranker stage for a candidate whose structure stage produced `features` from
-    /// `tree`.
-    pub fn run(&self, task: &Task, features: &Features, tree: Option<&SourceTree>) -> RankerStage {
-        self.score(task, features, tree)
-            .unwrap_or_else(|e| RankerStage {
-                candidate_score: f64::NAN,
-                reference_score: f64::NAN,
-                prob_faster: f64::NAN,
-                model: self.origin(),
-                error: Some(e),
-            })
+    /// The ranker stage for a candidate whose structure stage produced `input.features` from
+    /// `input.tree`.
+    pub fn run(&self, task: &Task, input: &RankerInput<'_>) -> RankerStage {
+        self.score(task, input).unwrap_or_else(|e| RankerStage {
+            candidate_score: f64::NAN,
+            reference_score: f64::NAN,
+            prob_faster: f64::NAN,
+            model: self.origin(),
+            error: Some(e),
+        })
     }
 
-    fn score(
-        &self,
-        task: &Task,
-        features: &Features,
-        tree: Option<&SourceTree>,
-    ) -> Result<RankerStage, String> {
+    fn score(&self, task: &Task, input: &RankerInput<'_>) -> Result<RankerStage, String> {
         let ranker = self.model()?;
         let names = ranker.feature_names();
-        let cand = features_from(features, tree, names)
-            .and_then(|f| ranker.score(&f))
-            .map_err(|e| e.to_string())?;
+        let launch = FeatureSet::of(names).launch;
+        let source = input.candidate.map_or("", |c| c.source.as_str());
+        let timed = if launch {
+            Some(candidate_plan(task, input)?)
+        } else {
+            None
+        };
+        let cand = features_from(
+            input.features,
+            input.tree,
+            timed.as_ref().map(|t| t.input(task, source)).as_ref(),
+            names,
+        )
+        .and_then(|f| ranker.score(&f))
+        .map_err(|e| e.to_string())?;
         let cached = self
             .reference_scores
             .lock()
@@ -111,9 +136,24 @@ impl RankerState {
         let reference = match cached {
             Some(r) => r,
             None => {
-                let r = features_for(&task.reference.source, names)
-                    .and_then(|f| ranker.score(&f))
-                    .map_err(|e| format!("the task's reference: {e}"))?;
+                let what = "the task's reference";
+                let plan = if launch {
+                    Some(
+                        TimedPlan::of_source(task, &task.reference.source, input.limits, what)
+                            .map_err(|e| e.to_string())?,
+                    )
+                } else {
+                    None
+                };
+                let r = features_for(
+                    &task.reference.source,
+                    plan.as_ref()
+                        .map(|p| p.input(task, &task.reference.source))
+                        .as_ref(),
+                    names,
+                )
+                .and_then(|f| ranker.score(&f))
+                .map_err(|e| format!("{what}: {e}"))?;
                 self.reference_scores
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -129,4 +169,44 @@ impl RankerState {
             error: None,
         })
     }
+}
+
+/// A plan on the task's timed configuration (over all of its configs), borrowed from the
+/// extract stage when it resolved that configuration, else resolved here.
+enum CandidatePlan<'a> {
+    Borrowed(usize, &'a crate::candidate::ResolvedPlan),
+    Owned(TimedPlan),
+}
+
+impl CandidatePlan<'_> {
+    fn input<'t>(&'t self, task: &'t Task, source: &'t str) -> LaunchInput<'t> {
+        match self {
+            CandidatePlan::Borrowed(config, plan) => LaunchInput {
+                task,
+                config: &task.configs[*config],
+                plan,
+                source,
+            },
+            CandidatePlan::Owned(t) => t.input(task, source),
+        }
+    }
+}
+
+fn candidate_plan<'a>(task: &Task, input: &RankerInput<'a>) -> Result<CandidatePlan<'a>, String> {
+    let what = "the candidate";
+    let timed = TimedPlan::timed_config(task)
+        .ok_or_else(|| format!("launch-plan features: task `{}` has no config", task.id))?;
+    if let Some(plan) = input.plan {
+        if plan.configs.get(plan.timed) == Some(&timed) {
+            if let Some(p) = plan.timed_plan() {
+                return Ok(CandidatePlan::Borrowed(timed, p));
+            }
+        }
+    }
+    let candidate = input.candidate.ok_or_else(|| {
+        format!("launch-plan features of {what}: no launch plan (the extract stage failed)")
+    })?;
+    TimedPlan::of_checked(task, candidate, input.limits, what)
+        .map(CandidatePlan::Owned)
+        .map_err(|e| e.to_string())
 }

@@ -115,6 +115,32 @@ impl RankingData {
         Ok(())
     }
 
+    /// The same samples and pairs with only the features whose name `keep` accepts (e.g.
+    /// without the launch-plan features, to compare on the very same pairs and folds).
+    pub fn select_features(&self, keep: impl Fn(&str) -> bool) -> RankingData {
+        let cols: Vec<usize> = (0..self.feature_names.len())
+            .filter(|&i| keep(&self.feature_names[i]))
+            .collect();
+        RankingData {
+            feature_names: cols
+                .iter()
+                .map(|&i| self.feature_names[i].clone())
+                .collect(),
+            samples: self
+                .samples
+                .iter()
+                .map(|s| Sample {
+                    features: cols
+                        .iter()
+                        .filter_map(|&i| s.features.get(i).copied())
+                        .collect(),
+                    ..s.clone()
+                })
+                .collect(),
+            pairs: self.pairs.clone(),
+        }
+    }
+
     /// Sorted distinct task ids.
     pub fn tasks(&self) -> Vec<String> {
         let set: BTreeSet<&str> = self.samples.iter().map(|s| s.task.as_str()).collect();

@@ -227,6 +227,16 @@ pub enum RankerError {
         reason: String,
     },
 
+    /// The launch plan needed by the `launch_*` features could not be read or resolved on
+    /// the task's timed configuration.
+    #[error("launch-plan features of {what}: {reason}")]
+    LaunchPlan {
+        /// The source (task and implementation, `candidate`, `the task's reference`, ...).
+        what: String,
+        /// Why (parse, ABI or launch-limit error, no plan given).
+        reason: String,
+    },
+
     /// Drawing the training curve failed.
     #[error("cannot plot training history to {path}: {message}")]
     Plot {

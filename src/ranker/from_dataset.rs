@@ -3,18 +3,81 @@
 
 use std::collections::HashMap;
 
+use super::launch::{launch_features, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES, LAUNCH_PREFIX};
+use super::trained::check_names;
 use super::{syntax_ngram_names, syntax_ngrams_of, Pair, RankerError, RankingData, Result, Sample};
 use crate::analysis::{analyze, analyze_tree, Features, SourceTree, FEATURE_NAMES};
+use crate::candidate::PlanLimits;
 use crate::dataset::Dataset;
 use crate::timings::Timings;
 
-/// Feature names: the structural features, then `ngram_buckets` hashed syntax n-grams.
+/// Which feature groups a feature vector holds, in this order: the structural features
+/// ([`FEATURE_NAMES`], always), the launch-plan features ([`LAUNCH_FEATURE_NAMES`]) if
+/// `launch`, then `ngram_buckets` hashed syntax n-grams. A model's feature names say which
+/// groups it was trained on ([`FeatureSet::of`]): a model without `launch_*` names never
+/// needs a launch plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FeatureSet {
+    /// Include the launch-plan features.
+    pub launch: bool,
+    /// Number of hashed syntax n-gram buckets (0: none).
+    pub ngram_buckets: usize,
+}
+
+impl FeatureSet {
+    /// The groups a model with these feature names uses.
+    pub fn of(names: &[String]) -> FeatureSet {
+        FeatureSet {
+            launch: names.iter().any(|n| n.starts_with(LAUNCH_PREFIX)),
+            ngram_buckets: ngram_buckets(names),
+        }
+    }
+
+    /// True when `names` are exactly [`names`](Self::names) (compared without building
+    /// them: this runs for every scored candidate).
+    pub fn matches(&self, names: &[String]) -> bool {
+        let launch: &[&str] = if self.launch {
+            LAUNCH_FEATURE_NAMES
+        } else {
+            &[]
+        };
+        let fixed = FEATURE_NAMES.len() + launch.len();
+        names.len() == fixed + self.ngram_buckets
+            && names
+                .iter()
+                .zip(FEATURE_NAMES.iter().chain(launch))
+                .all(|(a, b)| a == b)
+            && names[fixed..].iter().enumerate().all(|(i, n)| {
+                let digits = i.checked_ilog10().unwrap_or(0) as usize + 1;
+                n.strip_prefix("syntax_ngram_")
+                    .is_some_and(|d| d.len() == digits.max(3) && d.parse::<usize>() == Ok(i))
+            })
+    }
+
+    /// The feature names, in vector order.
+    pub fn names(&self) -> Vec<String> {
+        let launch: &[&str] = if self.launch {
+            LAUNCH_FEATURE_NAMES
+        } else {
+            &[]
+        };
+        FEATURE_NAMES
+            .iter()
+            .chain(launch)
+            .map(|s| s.to_string())
+            .chain(syntax_ngram_names(self.ngram_buckets))
+            .collect()
+    }
+}
+
+/// Feature names without launch-plan features: the structural features, then
+/// `ngram_buckets` hashed syntax n-grams (see [`FeatureSet::names`]).
 pub fn feature_names(ngram_buckets: usize) -> Vec<String> {
-    FEATURE_NAMES
-        .iter()
-        .map(|s| s.to_string())
-        .chain(syntax_ngram_names(ngram_buckets))
-        .collect()
+    FeatureSet {
+        launch: false,
+        ngram_buckets,
+    }
+    .names()
 }
 
 /// How many n-gram buckets a model's feature names ask for.
@@ -26,53 +89,75 @@ pub fn ngram_buckets(names: &[String]) -> usize {
 }
 
 /// The feature vector of a CUDA source for a model with these feature names (one parse for
-/// the structural features and the n-grams).
-pub fn features_for(source: &str, names: &[String]) -> Result<Vec<f32>> {
+/// the structural features and the n-grams). `launch` is the source's launch plan resolved
+/// on its task's timed configuration ([`TimedPlan`]); it is only read, and only required,
+/// when `names` include launch-plan features.
+pub fn features_for(
+    source: &str,
+    launch: Option<&LaunchInput<'_>>,
+    names: &[String],
+) -> Result<Vec<f32>> {
     match SourceTree::parse(source.as_bytes()) {
-        Ok(tree) => features_from(&analyze_tree(&tree), Some(&tree), names),
+        Ok(tree) => features_from(&analyze_tree(&tree), Some(&tree), launch, names),
         // Over the size cap or no tree: the analysis' own fallback (truncated or empty).
-        Err(_) => features_from(&analyze(source.as_bytes()), None, names),
+        Err(_) => features_from(&analyze(source.as_bytes()), None, launch, names),
     }
 }
 
 /// The same from features already computed for the parsed `source` (the pipeline's
 /// structure stage), so the source is neither parsed nor analysed again. `source` is only
-/// read for n-grams; without it they are zeros.
+/// read for n-grams; without it they are zeros. Errors with
+/// [`RankerError::FeatureMismatch`] when `names` are not a [`FeatureSet`]'s names, and with
+/// [`RankerError::LaunchPlan`] when they need launch-plan features and `launch` is `None`.
 pub fn features_from(
     features: &Features,
     source: Option<&SourceTree>,
+    launch: Option<&LaunchInput<'_>>,
     names: &[String],
 ) -> Result<Vec<f32>> {
-    let buckets = ngram_buckets(names);
-    let mut v = features.to_vector();
-    if buckets > 0 {
-        v.extend(match source {
-            Some(tree) => syntax_ngrams_of(tree, buckets),
-            None => vec![0.0; buckets],
-        });
+    let set = FeatureSet::of(names);
+    if !set.matches(names) {
+        check_names("the ranker model", names, &set.names()).map_err(|e| match e {
+            RankerError::FeatureMismatch {
+                model,
+                detail,
+                model_features,
+                expected_features,
+            } => RankerError::FeatureMismatch {
+                model,
+                detail: format!(
+                    "{detail} (this build computes the structural features, then optionally the \
+                 launch-plan and n-gram ones; retrain the model)"
+                ),
+                model_features,
+                expected_features,
+            },
+            other => other,
+        })?;
     }
-    if v.len() != names.len() {
-        return Err(RankerError::FeatureMismatch {
-            model: "the ranker model".into(),
-            detail: format!(
-                "it expects {} features but this build of the analysis computes {} (retrain the model)",
-                names.len(),
-                v.len()
-            ),
-            model_features: names.to_vec(),
-            expected_features: feature_names(0),
+    let mut v = features.to_vector();
+    if set.launch {
+        let input = launch.ok_or_else(|| RankerError::LaunchPlan {
+            what: "the ranker input".into(),
+            reason: "the model uses launch_* features but no resolved launch plan was given".into(),
+        })?;
+        v.extend(launch_features(input, features, "the ranker input")?);
+    }
+    if set.ngram_buckets > 0 {
+        v.extend(match source {
+            Some(tree) => syntax_ngrams_of(tree, set.ngram_buckets),
+            None => vec![0.0; set.ngram_buckets],
         });
     }
     Ok(v)
 }
 
-/// Samples for every correct, timed implementation and the pairs between them.
-pub fn ranking_data(
-    dataset: &Dataset,
-    timings: &Timings,
-    ngram_buckets: usize,
-) -> Result<RankingData> {
-    let names = feature_names(ngram_buckets);
+/// Samples for every correct, timed implementation and the pairs between them, with the
+/// features of `set`. With launch-plan features every implementation's plan is resolved on
+/// its task's timed configuration ([`TimedPlan::of_source`], default [`PlanLimits`]); one
+/// that does not resolve is a [`RankerError::LaunchPlan`] naming it.
+pub fn ranking_data(dataset: &Dataset, timings: &Timings, set: &FeatureSet) -> Result<RankingData> {
+    let names = set.names();
     let pairs = dataset.pairs(timings);
     let mut index: HashMap<(String, String), usize> = HashMap::new();
     let mut samples = Vec::new();
@@ -88,12 +173,31 @@ pub fn ranking_data(
             let Some(imp) = task.implementation(name) else {
                 continue;
             };
+            let what = format!("`{}/{}`", task.id, name);
+            let plan = if set.launch {
+                Some(TimedPlan::of_source(
+                    task,
+                    &imp.source,
+                    &PlanLimits::default(),
+                    &what,
+                )?)
+            } else {
+                None
+            };
+            let input = plan.as_ref().map(|p| p.input(task, &imp.source));
+            let features =
+                features_for(&imp.source, input.as_ref(), &names).map_err(|e| match e {
+                    RankerError::LaunchPlan { reason, .. } => {
+                        RankerError::LaunchPlan { what, reason }
+                    }
+                    other => other,
+                })?;
             index.insert(key, samples.len());
             samples.push(Sample {
                 task: task.id.clone(),
                 kind: task.kind.as_str().to_string(),
                 name: name.clone(),
-                features: features_for(&imp.source, &names)?,
+                features,
             });
         }
     }
@@ -114,4 +218,40 @@ pub fn ranking_data(
     };
     data.validate()?;
     Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_agrees_with_names() {
+        for launch in [false, true] {
+            for ngram_buckets in [0, 3, 1001] {
+                let set = FeatureSet {
+                    launch,
+                    ngram_buckets,
+                };
+                let names = set.names();
+                assert!(set.matches(&names));
+                assert_eq!(FeatureSet::of(&names), set);
+                let mut other = names.clone();
+                other.swap(0, 1);
+                assert!(!set.matches(&other));
+                if ngram_buckets > 0 {
+                    let mut other = names.clone();
+                    let last = other.len() - 1;
+                    other[last] = format!("syntax_ngram_0{}", ngram_buckets - 1);
+                    assert!(!set.matches(&other));
+                }
+                assert!(!set.matches(&names[1..]));
+            }
+        }
+        let mut bad = feature_names(0);
+        bad[3] = "something_else".into();
+        let err = features_from(&Features::default(), None, None, &bad).unwrap_err();
+        assert!(matches!(err, RankerError::FeatureMismatch { .. }), "{err}");
+        let ok = features_from(&Features::default(), None, None, &feature_names(2)).unwrap();
+        assert_eq!(ok.len(), FEATURE_NAMES.len() + 2);
+    }
 }

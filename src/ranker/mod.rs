@@ -12,7 +12,10 @@
 //! * Evaluation: [`cross_validate`] (leave-tasks-out k-fold pairwise accuracy, by task kind
 //!   and by time-ratio bucket) and [`cross_validate_scorer`] for any fixed score on the same
 //!   folds; chance is 50 %.
-//! * Optional input: [`syntax_ngrams`], hashed syntax-node n-grams of the CUDA source.
+//! * Optional inputs: the launch-plan features ([`LAUNCH_FEATURE_NAMES`], the resolved
+//!   `// @launch` plan on the task's timed configuration: grid against the SM count, passes,
+//!   serial work per thread, atomics per element) and [`syntax_ngrams`], hashed syntax-node
+//!   n-grams of the CUDA source. A model's feature names say which it uses ([`FeatureSet`]).
 //!
 //! ```
 //! use cudaperf::ranker::{ranker_reward_value, synthetic, train, RankerConfig, TrainedRanker};
@@ -32,12 +35,14 @@
 //! # Ok(()) }
 //! ```
 
+mod compare;
 mod config;
 mod data;
 mod error;
 mod eval;
 mod from_dataset;
 mod io;
+mod launch;
 mod model;
 mod ngrams;
 mod normalize;
@@ -48,6 +53,7 @@ pub mod synthetic;
 mod train;
 mod trained;
 
+pub use compare::{compare_on_folds, cv_table, hand_weighted_scores, CvComparison};
 pub use config::RankerConfig;
 pub use data::{Pair, RankingData, Sample};
 pub use error::{RankerError, Result};
@@ -55,8 +61,14 @@ pub use eval::{
     cross_validate, cross_validate_on, cross_validate_scorer, cv_folds, pairwise_accuracy,
     AccuracyBreakdown, CvReport, FoldReport, PairAccuracy, CLEAR_PAIR_LOG_RATIO,
 };
-pub use from_dataset::{feature_names, features_for, features_from, ngram_buckets, ranking_data};
+pub use from_dataset::{
+    feature_names, features_for, features_from, ngram_buckets, ranking_data, FeatureSet,
+};
 pub use io::{METADATA_FILE, MODEL_FORMAT, MODEL_FORMAT_VERSION, SHIPPED_ORIGIN, WEIGHTS_FILE};
+pub use launch::{
+    launch_features, launch_features_named, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES,
+    LAUNCH_PREFIX, REFERENCE_SMS,
+};
 pub use model::{DenseLayer, MlpWeights, ScorerNet};
 pub use ngrams::{syntax_ngram_names, syntax_ngrams, syntax_ngrams_of};
 pub use normalize::Normalizer;

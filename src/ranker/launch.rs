@@ -1,0 +1,329 @@
+//! Launch-plan features: what the resolved `// @launch` plan does on the task's timed
+//! configuration (the one [`timing_config`] picks over all of the task's configs).
+//!
+//! The source features cannot see a launch shape that starves the GPU or multiplies passes:
+//! one block per SM over a large array, one block per histogram bin, a scan done as `log n`
+//! global passes, an atomic per element on one global address. These features describe the
+//! plan itself, against the problem size and a reference device ([`REFERENCE_SMS`], the
+//! H200's 132 SMs):
+//!
+//! * `N`, the problem size: the element count of the task's largest ABI buffer on the timed
+//!   configuration (at least 1). Every task reads or writes its largest buffer in full, so
+//!   `N` is the work a launch plan must cover; unlike a byte count it does not depend on the
+//!   dtype, and unlike the sum of buffers it does not count a matmul's operands twice.
+//! * For each launch `l`: `blocks_l` (grid product), `threads_l = blocks_l × block product`,
+//!   and `elems_l`, the element count of the largest buffer (ABI or scratch) passed to it
+//!   that its kernel reads or writes (at least 1): the data the launch sweeps. A kernel
+//!   parameter counts as accessed when the structure analysis found a global load or store
+//!   through it; when the kernel, its parameter names or its accesses cannot be read (or
+//!   it touches none of its buffers, e.g. atomics only), every buffer passed counts. So a
+//!   launch that only zeroes a small output does not count the input it is also handed.
+//!
+//! | name | value |
+//! |---|---|
+//! | `launch_count` | `ln(1 + launches)` |
+//! | `launch_elements` | `ln(1 + N)` |
+//! | `launch_threads_per_element` | `ln(Σ threads_l / N)` (negative when threads loop over elements) |
+//! | `launch_passes` | `ln(1 + Σ elems_l / N)`: passes over the data (a `log n`-pass scan is large) |
+//! | `launch_max_elements_per_thread` | `ln(1 + max_l elems_l / threads_l)`: serial work per thread of the most serial launch |
+//! | `launch_max_blocks_per_sm` | `ln(max_l blocks_l / 132)`: the largest grid against the SM count |
+//! | `launch_min_blocks_per_sm` | `ln(min_l blocks_l / 132)`: the smallest grid (one block: `ln(1/132) ≈ −4.9`) |
+//! | `launch_small_grids` | `ln(1 + #{l : blocks_l < 132})`: launches that cannot fill the SMs |
+//! | `launch_small_grid_work` | `ln(1 + Σ_{blocks_l < 132} elems_l / N)`: the data those launches sweep (a one-block pass over the whole array is `ln 2`; zeroing 256 bins is ~0) |
+//! | `launch_global_atomics_per_element` | `ln(1 + Σ_l threads_l × (a_l + g_l × max(1, elems_l / threads_l)) / N)` with `g_l` the kernel's global atomics inside loops on shared addresses, `a_l` its other global atomics |
+//! | `launch_shared_atomics_per_element` | `ln(1 + Σ_l threads_l × s_l × max(1, elems_l / threads_l) / N)`, `s_l` the kernel's shared-memory atomics |
+//! | `launch_block_threads` | `ln(threads per block)` of the launch with the most threads |
+//! | `launch_max_smem_kib` | `ln(1 + largest dynamic shared memory request in KiB)` |
+//!
+//! Atomic counts are the structure analysis' static counts ([`SyncFeatures`]) of the launched
+//! kernel (its `__device__` callees inlined), taken as executed once per thread, and once per
+//! element the thread handles when they sit in the per-element path (shared atomics, global
+//! atomics in loops): an upper estimate of the atomic traffic per element. A launch whose
+//! kernel the analysis did not find (macros, templates it cannot read) counts no atomics.
+//! Every value is finite.
+//!
+//! [`SyncFeatures`]: crate::analysis::SyncFeatures
+
+use super::error::{RankerError, Result};
+use crate::analysis::{Features, KernelFeatures};
+use crate::candidate::{kernel_params, Candidate, PlanLimits, ResolvedArg, ResolvedPlan};
+use crate::pipeline::timing_config;
+use crate::task::{InputConfig, Param, Task};
+
+/// SM count of the reference device (NVIDIA H200) against which grids are measured.
+pub const REFERENCE_SMS: u32 = 132;
+
+/// Prefix of every launch-plan feature name.
+pub const LAUNCH_PREFIX: &str = "launch_";
+
+/// Names of the launch-plan features, in the order [`launch_features`] returns them.
+pub const LAUNCH_FEATURE_NAMES: &[&str] = &[
+    "launch_count",
+    "launch_elements",
+    "launch_threads_per_element",
+    "launch_passes",
+    "launch_max_elements_per_thread",
+    "launch_max_blocks_per_sm",
+    "launch_min_blocks_per_sm",
+    "launch_small_grids",
+    "launch_small_grid_work",
+    "launch_global_atomics_per_element",
+    "launch_shared_atomics_per_element",
+    "launch_block_threads",
+    "launch_max_smem_kib",
+];
+
+/// A launch plan resolved on one of its task's configurations: what [`launch_features`]
+/// reads.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchInput<'a> {
+    /// The task (its ABI buffers give the problem size).
+    pub task: &'a Task,
+    /// The configuration the plan was resolved for (the timed one).
+    pub config: &'a InputConfig,
+    /// The resolved plan.
+    pub plan: &'a ResolvedPlan,
+    /// The CUDA source the plan belongs to (its kernels' parameter names tell which of the
+    /// buffers passed each launch reads or writes).
+    pub source: &'a str,
+}
+
+/// A launch plan resolved on its task's timed configuration, owned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedPlan {
+    /// Index into `task.configs` of the timed configuration.
+    pub config: usize,
+    /// The plan on that configuration.
+    pub plan: ResolvedPlan,
+}
+
+impl TimedPlan {
+    /// The index into `task.configs` of the configuration that is timed: [`timing_config`]
+    /// over all of the task's configs (`None` when the task has none).
+    pub fn timed_config(task: &Task) -> Option<usize> {
+        let all: Vec<usize> = (0..task.configs.len()).collect();
+        (!all.is_empty()).then(|| all[timing_config(task, &all)])
+    }
+
+    /// Parses `source` (CUDA in the candidate format, with `// @launch` lines), checks it
+    /// against the task's ABI and resolves its plan on the timed configuration. `what` names
+    /// the source in errors.
+    pub fn of_source(task: &Task, source: &str, limits: &PlanLimits, what: &str) -> Result<Self> {
+        let mut candidate = Candidate::parse(source).map_err(|e| launch_error(what, e))?;
+        candidate
+            .check_abi(task)
+            .map_err(|e| launch_error(what, e))?;
+        Self::of_checked(task, &candidate, limits, what)
+    }
+
+    /// The same for a parsed candidate that already passed `check_abi` against `task` (which
+    /// resolves its argument names; the pipeline's extract stage does it).
+    pub fn of_checked(
+        task: &Task,
+        candidate: &Candidate,
+        limits: &PlanLimits,
+        what: &str,
+    ) -> Result<Self> {
+        let config = Self::timed_config(task)
+            .ok_or_else(|| launch_error(what, format!("task `{}` has no config", task.id)))?;
+        let plan = candidate
+            .resolve(task, &task.configs[config], limits)
+            .map_err(|e| launch_error(what, e))?;
+        Ok(TimedPlan { config, plan })
+    }
+
+    /// The plan with its task, configuration and source, for [`launch_features`].
+    pub fn input<'a>(&'a self, task: &'a Task, source: &'a str) -> LaunchInput<'a> {
+        LaunchInput {
+            task,
+            config: &task.configs[self.config],
+            plan: &self.plan,
+            source,
+        }
+    }
+}
+
+fn launch_error(what: &str, reason: impl std::fmt::Display) -> RankerError {
+    RankerError::LaunchPlan {
+        what: what.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// `ln(x)` of a positive ratio, clamped so that it stays finite (NaN gives 0).
+fn ln_ratio(x: f64) -> f32 {
+    if x.is_nan() {
+        return 0.0;
+    }
+    x.clamp(1e-30, 1e30).ln() as f32
+}
+
+/// `ln(1 + x)` of a non-negative quantity, clamped so that it stays finite (NaN gives 0).
+fn ln1p(x: f64) -> f32 {
+    if x.is_nan() {
+        return 0.0;
+    }
+    x.clamp(0.0, 1e30).ln_1p() as f32
+}
+
+/// The launch-plan features of `input` with the structure analysis' `features` of the same
+/// source (for its kernels' atomics), as `(name, value)` pairs in
+/// [`LAUNCH_FEATURE_NAMES`] order. `what` names the source in errors.
+pub fn launch_features_named(
+    input: &LaunchInput<'_>,
+    features: &Features,
+    what: &str,
+) -> Result<Vec<(&'static str, f32)>> {
+    let LaunchInput {
+        task,
+        config,
+        plan,
+        source,
+    } = *input;
+    if plan.launches.is_empty() {
+        return Err(launch_error(what, "the plan has no launch"));
+    }
+    // Element count of every ABI parameter (0 for scalars) on this configuration.
+    let mut param_lens = vec![0u64; task.params.len()];
+    for (i, p) in task.params.iter().enumerate() {
+        if let Param::Buffer { name, len, .. } = p {
+            let n = len.eval_int(&config.sizes).map_err(|e| {
+                launch_error(
+                    what,
+                    format!("buffer `{name}` on config `{}`: {e}", config.name),
+                )
+            })?;
+            param_lens[i] = u64::try_from(n).unwrap_or(0);
+        }
+    }
+    let n = param_lens.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let sms = f64::from(REFERENCE_SMS);
+
+    let (mut threads_sum, mut passes, mut max_serial) = (0.0f64, 0.0f64, 0.0f64);
+    let (mut max_blocks, mut min_blocks) = (0.0f64, f64::INFINITY);
+    let (mut small, mut small_work) = (0u32, 0.0f64);
+    let (mut global_atomics, mut shared_atomics) = (0.0f64, 0.0f64);
+    let (mut widest_threads, mut widest_block) = (0.0f64, 1.0f64);
+    let mut max_smem = 0u32;
+    for (li, l) in plan.launches.iter().enumerate() {
+        let blocks = l.grid.iter().map(|&g| f64::from(g)).product::<f64>();
+        let block = l.block.iter().map(|&b| f64::from(b)).product::<f64>();
+        let threads = blocks * block;
+        let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
+        let kernel = features.kernels.iter().find(|k| k.name == base);
+        let accessed = kernel.and_then(|k| accessed_params(source, k, l.args.len()));
+        let (mut elems, mut touched) = (0u64, 0u64);
+        for (ai, a) in l.args.iter().enumerate() {
+            let len = match *a {
+                ResolvedArg::Param { index } => param_lens.get(index).copied(),
+                ResolvedArg::Scratch { index } => plan.scratch_lens.get(index).copied(),
+                ResolvedArg::Int { .. } => Some(0),
+            };
+            let len = len.ok_or_else(|| {
+                launch_error(
+                    what,
+                    format!(
+                        "launch {} (`{}`): an argument is out of range",
+                        li + 1,
+                        l.kernel
+                    ),
+                )
+            })?;
+            elems = elems.max(len);
+            if accessed.as_ref().is_some_and(|a| a[ai]) {
+                touched = touched.max(len);
+            }
+        }
+        if touched > 0 {
+            elems = touched;
+        }
+        let elems = elems.max(1) as f64;
+        let per_thread = elems / threads;
+        threads_sum += threads;
+        passes += elems / n;
+        max_serial = max_serial.max(per_thread);
+        max_blocks = max_blocks.max(blocks);
+        min_blocks = min_blocks.min(blocks);
+        if blocks < sms {
+            small += 1;
+            small_work += elems / n;
+        }
+        if threads > widest_threads {
+            widest_threads = threads;
+            widest_block = block;
+        }
+        max_smem = max_smem.max(l.smem);
+        if let Some(k) = kernel {
+            let s = &k.sync;
+            let repeat = per_thread.max(1.0);
+            let looped = f64::from(s.atomics_global_in_loops);
+            let once = f64::from(s.atomics_global.saturating_sub(s.atomics_global_in_loops));
+            global_atomics += threads * (once + looped * repeat);
+            shared_atomics += threads * f64::from(s.atomics_shared) * repeat;
+        }
+    }
+    Ok(vec![
+        ("launch_count", ln1p(plan.launches.len() as f64)),
+        ("launch_elements", ln1p(n)),
+        ("launch_threads_per_element", ln_ratio(threads_sum / n)),
+        ("launch_passes", ln1p(passes)),
+        ("launch_max_elements_per_thread", ln1p(max_serial)),
+        ("launch_max_blocks_per_sm", ln_ratio(max_blocks / sms)),
+        ("launch_min_blocks_per_sm", ln_ratio(min_blocks / sms)),
+        ("launch_small_grids", ln1p(f64::from(small))),
+        ("launch_small_grid_work", ln1p(small_work)),
+        (
+            "launch_global_atomics_per_element",
+            ln1p(global_atomics / n),
+        ),
+        (
+            "launch_shared_atomics_per_element",
+            ln1p(shared_atomics / n),
+        ),
+        ("launch_block_threads", ln_ratio(widest_block)),
+        ("launch_max_smem_kib", ln1p(f64::from(max_smem) / 1024.0)),
+    ])
+}
+
+/// Which of a kernel's `args` parameters (by position) it loads from or stores to, from the
+/// analysis' global-access findings; `None` when the parameter list cannot be read, does not
+/// match the launch, or the findings were capped (not every access is listed).
+fn accessed_params(source: &str, kernel: &KernelFeatures, args: usize) -> Option<Vec<bool>> {
+    let g = &kernel.global_accesses;
+    let listed = g.coalesced + g.strided + g.uniform + g.indirect + g.unknown;
+    if g.findings.len() < listed as usize {
+        return None;
+    }
+    let params: Vec<String> = kernel_params(source, &kernel.name)?
+        .into_iter()
+        .filter(|p| p.trim() != "void")
+        .collect();
+    if params.len() != args {
+        return None;
+    }
+    Some(
+        params
+            .iter()
+            .map(|p| {
+                let decl = p.split('[').next().unwrap_or(p);
+                let name = decl
+                    .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .find(|s| !s.is_empty())
+                    .unwrap_or("");
+                !name.is_empty() && g.findings.iter().any(|f| f.array == name)
+            })
+            .collect(),
+    )
+}
+
+/// The launch-plan feature vector, one value per entry of [`LAUNCH_FEATURE_NAMES`].
+pub fn launch_features(
+    input: &LaunchInput<'_>,
+    features: &Features,
+    what: &str,
+) -> Result<Vec<f32>> {
+    Ok(launch_features_named(input, features, what)?
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect())
+}
