@@ -165,6 +165,11 @@ pub struct CvReport {
     pub accuracy: AccuracyBreakdown,
     /// Per-fold results.
     pub folds: Vec<FoldReport>,
+    /// Each sample's score from the fold that held its task out (indexed like
+    /// `data.samples`), so that accuracy on any subset of pairs can be computed afterwards
+    /// with [`pairwise_accuracy`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_out_scores: Vec<f64>,
 }
 
 /// Assigns the tasks of `data` to `k_folds` folds (seeded; fold sizes differ by at most one).
@@ -260,6 +265,7 @@ fn run_folds(
         chance: 0.5,
         accuracy: AccuracyBreakdown::default(),
         folds: Vec::with_capacity(folds.len()),
+        held_out_scores: Vec::new(),
     };
     let mut all_test_pairs = Vec::new();
     let mut pooled_scores = vec![f64::NAN; data.samples.len()];
@@ -301,5 +307,6 @@ fn run_folds(
         });
     }
     report.accuracy = accuracy_of(data, &all_test_pairs, &pooled_scores);
+    report.held_out_scores = pooled_scores;
     Ok(report)
 }
