@@ -27,20 +27,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .position(|a| a == "--subset-file")
         .and_then(|i| args.get(i + 1))
-        .map(|p| std::fs::read_to_string(p).unwrap_or_default().split_whitespace().map(String::from).collect());
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        });
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let ds = cudaperf::dataset::Dataset::load(root.join("fixtures/tasks"))?;
     let t = cudaperf::timings::Timings::load(root.join("fixtures/timings/h200.json"))?;
-    let data = ranker::ranking_data(&ds, &t, &FeatureSet { launch, ngram_buckets })?;
-    println!("{} samples, {} pairs, {} features", data.samples.len(), data.pairs.len(), data.feature_names.len());
+    let data = ranker::ranking_data(
+        &ds,
+        &t,
+        &FeatureSet {
+            launch,
+            ngram_buckets,
+        },
+    )?;
+    println!(
+        "{} samples, {} pairs, {} features",
+        data.samples.len(),
+        data.pairs.len(),
+        data.feature_names.len()
+    );
     let base = RankerConfig::new();
     if args.iter().any(|a| a == "--misses") {
         // The held-out pairs >= 2x apart that the default ranker orders wrongly (first seed).
         let r = cross_validate(&data, 5, &base.clone().with_seed(seeds[0]))?;
         for p in &data.pairs {
             let (f, sl) = (&data.samples[p.fast], &data.samples[p.slow]);
-            if p.log_ratio >= std::f32::consts::LN_2 && r.held_out_scores[p.fast] <= r.held_out_scores[p.slow] {
-                println!("MISS {:<26} {:<34} beats {:<34} by {:>6.1}x", f.task, f.name, sl.name, p.log_ratio.exp());
+            if p.log_ratio >= std::f32::consts::LN_2
+                && r.held_out_scores[p.fast] <= r.held_out_scores[p.slow]
+            {
+                println!(
+                    "MISS {:<26} {:<34} beats {:<34} by {:>6.1}x",
+                    f.task,
+                    f.name,
+                    sl.name,
+                    p.log_ratio.exp()
+                );
             }
         }
         return Ok(());
@@ -55,15 +81,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("linear", base.clone().with_hidden(vec![])),
         ("l1 1e-4", base.clone().with_input_l1(1e-4)),
         ("pair weight 4", base.clone().with_max_pair_weight(4.0)),
-        ("lr 1e-3 dropout 0.2 128,64", base.clone().with_learning_rate(1e-3).with_dropout(0.2).with_hidden(vec![128, 64])),
-        ("no early stop, 10 epochs", base.clone().with_validation_fraction(0.0).with_epochs(10)),
-        ("no early stop, 30 epochs", base.clone().with_validation_fraction(0.0).with_epochs(30)),
-        ("no early stop, 100 epochs", base.clone().with_validation_fraction(0.0).with_epochs(100)),
-        ("no early stop, 30 epochs, dropout 0.2", base.clone().with_validation_fraction(0.0).with_epochs(30).with_dropout(0.2)),
+        (
+            "lr 1e-3 dropout 0.2 128,64",
+            base.clone()
+                .with_learning_rate(1e-3)
+                .with_dropout(0.2)
+                .with_hidden(vec![128, 64]),
+        ),
+        (
+            "no early stop, 10 epochs",
+            base.clone().with_validation_fraction(0.0).with_epochs(10),
+        ),
+        (
+            "no early stop, 30 epochs",
+            base.clone().with_validation_fraction(0.0).with_epochs(30),
+        ),
+        (
+            "no early stop, 100 epochs",
+            base.clone().with_validation_fraction(0.0).with_epochs(100),
+        ),
+        (
+            "no early stop, 30 epochs, dropout 0.2",
+            base.clone()
+                .with_validation_fraction(0.0)
+                .with_epochs(30)
+                .with_dropout(0.2),
+        ),
         ("patience 100", base.clone().with_patience(100)),
     ];
     println!("| config | seeds | all pairs | >= 2x apart | < 2x apart | subset pairs | subset >= 2x |\n|---|---|---|---|---|---|---|");
-    let pick: Option<String> = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
+    let pick: Option<String> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     for (name, cfg) in configs
         .into_iter()
         .take(if only_default { 2 } else { usize::MAX })

@@ -124,7 +124,10 @@ impl HostInputs {
             .zip(&values.lens)
             .zip(&dtypes)
             .enumerate()
-            .map(|(i, ((f, &n), &d))| f.as_ref().map(|f| fill_bytes(d, n, buffer_seed(seed, i), f)))
+            .map(|(i, ((f, &n), &d))| {
+                f.as_ref()
+                    .map(|f| fill_bytes(d, n, buffer_seed(seed, i), f))
+            })
             .collect();
         Ok(HostInputs { values, buffers })
     }
@@ -155,9 +158,24 @@ mod tests {
 
     #[test]
     fn modes_give_values_in_their_ranges() {
-        let uni = Fill { mode: 0, a: -2.0, b: 3.0, random: true };
-        let int = Fill { mode: 2, a: 5.0, b: 9.0, random: true };
-        let nrm = Fill { mode: 1, a: 1.0, b: 2.0, random: true };
+        let uni = Fill {
+            mode: 0,
+            a: -2.0,
+            b: 3.0,
+            random: true,
+        };
+        let int = Fill {
+            mode: 2,
+            a: 5.0,
+            b: 9.0,
+            random: true,
+        };
+        let nrm = Fill {
+            mode: 1,
+            a: 1.0,
+            b: 2.0,
+            random: true,
+        };
         let mut sum = 0.0;
         for i in 0..100_000u64 {
             let u = fill_value(i, 7, &uni);
@@ -175,9 +193,20 @@ mod tests {
 
     #[test]
     fn conversions_round_like_the_device() {
-        let c = Fill { mode: 4, a: 1.0 / 3.0, b: 0.0, random: false };
-        assert_eq!(fill_bytes(DType::F16, 1, 0, &c), half::f16::from_f32(1.0 / 3.0).to_le_bytes());
-        assert_eq!(fill_bytes(DType::I32, 1, 0, &Fill { a: -2.7, ..c }), (-2i32).to_le_bytes());
+        let c = Fill {
+            mode: 4,
+            a: 1.0 / 3.0,
+            b: 0.0,
+            random: false,
+        };
+        assert_eq!(
+            fill_bytes(DType::F16, 1, 0, &c),
+            half::f16::from_f32(1.0 / 3.0).to_le_bytes()
+        );
+        assert_eq!(
+            fill_bytes(DType::I32, 1, 0, &Fill { a: -2.7, ..c }),
+            (-2i32).to_le_bytes()
+        );
         assert_eq!(fill_bytes(DType::U8, 1, 0, &Fill { a: 255.0, ..c }), [255]);
     }
 }

@@ -71,7 +71,11 @@ fn task_folders_hold_only_their_files() {
         }
         for e in std::fs::read_dir(&t.dir).expect("task folder") {
             let name = e.expect("entry").file_name().to_string_lossy().into_owned();
-            assert!(named.contains(&name), "{}: `{name}` is not named by task.toml", t.id);
+            assert!(
+                named.contains(&name),
+                "{}: `{name}` is not named by task.toml",
+                t.id
+            );
         }
     }
 }

@@ -574,16 +574,33 @@ fn originals_agree_with_references_and_the_generator_with_the_device() {
         None,
         None,
         jobs,
-        |c| eprintln!("{}: passed {} {:?} {:?}", c.task, c.passed(), c.engine, c.error),
+        |c| {
+            eprintln!(
+                "{}: passed {} {:?} {:?}",
+                c.task,
+                c.passed(),
+                c.engine,
+                c.error
+            )
+        },
     );
     let failed: Vec<String> = results
         .iter()
         .filter(|c| !c.passed())
         .map(|c| serde_json::to_string(c).unwrap_or_default())
         .collect();
-    assert!(failed.is_empty(), "{} tasks failed:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} tasks failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
     for c in &results {
         assert_eq!(c.against, "reference", "{}", c.task);
-        assert!(!c.generator.is_empty() && !c.outputs.is_empty(), "{}", c.task);
+        assert!(
+            !c.generator.is_empty() && !c.outputs.is_empty(),
+            "{}",
+            c.task
+        );
     }
 }

@@ -50,15 +50,27 @@ fn every_original_runs_and_matches_the_sampled_references() {
         }
         if r.against == "samples" {
             compared += 1;
-            assert!(r.outputs.iter().all(|b| b.elements > 0), "{}: no samples compared", r.task);
+            assert!(
+                r.outputs.iter().all(|b| b.elements > 0),
+                "{}: no samples compared",
+                r.task
+            );
         }
     }
-    assert!(failed.is_empty(), "originals that failed:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "originals that failed:\n{}",
+        failed.join("\n")
+    );
     if let Some(s) = &samples {
         // Every task the samples cover was compared with them (a task added since has none).
         let covered = tasks.iter().filter(|t| s.tasks.contains_key(&t.id)).count();
         assert_eq!(compared, covered);
-        assert!(covered * 10 >= tasks.len() * 9, "samples cover {covered} of {} tasks", tasks.len());
+        assert!(
+            covered * 10 >= tasks.len() * 9,
+            "samples cover {covered} of {} tasks",
+            tasks.len()
+        );
     }
 }
 
@@ -85,7 +97,15 @@ fn host_inputs_follow_the_task_distributions() {
     assert_eq!(a.len() as u64, n * 4);
     assert!(inputs.buffers[2].is_none(), "c is an output");
     let f = inputs.values.fills[0].expect("fill of a");
-    assert_eq!(a, &fill_bytes(cudaperf::task::DType::F32, n, cudaperf::inputs::buffer_seed(99, 0), &f));
+    assert_eq!(
+        a,
+        &fill_bytes(
+            cudaperf::task::DType::F32,
+            n,
+            cudaperf::inputs::buffer_seed(99, 0),
+            &f
+        )
+    );
     // The two inputs of one set differ, and another seed gives other numbers.
     assert_ne!(inputs.buffers[0], inputs.buffers[1]);
     let other = HostInputs::generate(&task, cfg, 100).expect("inputs");
@@ -93,8 +113,15 @@ fn host_inputs_follow_the_task_distributions() {
 }
 
 /// A one-buffer task in a temp folder whose original is `original` (C or Python).
-fn scratch_task(kind: &str, original: (&str, &str), twin: Option<&str>) -> (tempfile::TempDir, Task) {
-    let dir = tempfile::Builder::new().prefix("orig").tempdir().expect("tempdir");
+fn scratch_task(
+    kind: &str,
+    original: (&str, &str),
+    twin: Option<&str>,
+) -> (tempfile::TempDir, Task) {
+    let dir = tempfile::Builder::new()
+        .prefix("orig")
+        .tempdir()
+        .expect("tempdir");
     let task_dir = dir.path().join("twice");
     std::fs::create_dir(&task_dir).unwrap();
     std::fs::write(task_dir.join(original.0), original.1).unwrap();
@@ -123,9 +150,20 @@ fn scratch_task(kind: &str, original: (&str, &str), twin: Option<&str>) -> (temp
     (dir, task)
 }
 
-fn run(task: &Task, engine: Engine, limit_s: u64) -> Result<cudaperf::originals::OriginalOutputs, OriginalError> {
+fn run(
+    task: &Task,
+    engine: Engine,
+    limit_s: u64,
+) -> Result<cudaperf::originals::OriginalOutputs, OriginalError> {
     let inputs = HostInputs::generate(task, &task.configs[0], 5).unwrap();
-    run_original(task, &task.configs[0], &inputs, engine, &Tools::detect(), Duration::from_secs(limit_s))
+    run_original(
+        task,
+        &task.configs[0],
+        &inputs,
+        engine,
+        &Tools::detect(),
+        Duration::from_secs(limit_s),
+    )
 }
 
 #[test]
@@ -148,18 +186,32 @@ fn a_c_original_computes_on_the_twin_inputs() {
 
 #[test]
 fn broken_originals_give_errors_that_name_them() {
-    let (_d, task) = scratch_task("c2cuda", ("original.c", "void twice(const float* x, float* y, int n) { y[0] = ; }\n"), None);
+    let (_d, task) = scratch_task(
+        "c2cuda",
+        (
+            "original.c",
+            "void twice(const float* x, float* y, int n) { y[0] = ; }\n",
+        ),
+        None,
+    );
     match run(&task, Engine::C, 60) {
-        Err(e @ OriginalError::Compile { .. }) => assert!(e.to_string().contains("original.c"), "{e}"),
+        Err(e @ OriginalError::Compile { .. }) => {
+            assert!(e.to_string().contains("original.c"), "{e}")
+        }
         other => panic!("expected a compile error, got {other:?}"),
     }
     let (_d, task) = scratch_task(
         "c2cuda",
-        ("original.c", "void twice(const float* x, float* y, int n) { volatile int k = 1; while (k) {} }\n"),
+        (
+            "original.c",
+            "void twice(const float* x, float* y, int n) { volatile int k = 1; while (k) {} }\n",
+        ),
         None,
     );
     match run(&task, Engine::C, 1) {
-        Err(e @ OriginalError::Timeout { .. }) => assert!(e.to_string().contains("past 1 s"), "{e}"),
+        Err(e @ OriginalError::Timeout { .. }) => {
+            assert!(e.to_string().contains("past 1 s"), "{e}")
+        }
         other => panic!("expected a timeout, got {other:?}"),
     }
     let (_d, task) = scratch_task(
@@ -173,13 +225,11 @@ fn broken_originals_give_errors_that_name_them() {
         }
         other => panic!("expected a run error, got {other:?}"),
     }
-    let (_d, task) = scratch_task(
-        "torch2cuda",
-        ("original.py", "class Model: pass\n"),
-        None,
-    );
+    let (_d, task) = scratch_task("torch2cuda", ("original.py", "class Model: pass\n"), None);
     match run(&task, Engine::Numpy, 60) {
-        Err(e @ OriginalError::NoTwin { .. }) => assert!(e.to_string().contains("numpy_twin"), "{e}"),
+        Err(e @ OriginalError::NoTwin { .. }) => {
+            assert!(e.to_string().contains("numpy_twin"), "{e}")
+        }
         other => panic!("expected no twin, got {other:?}"),
     }
 }
@@ -193,12 +243,25 @@ fn shapes_must_hold_their_buffers() {
     );
     let toml = std::fs::read_to_string(task.dir.join("task.toml")).unwrap();
     let bad = toml.replacen("shape = [\"n\"]", "shape = [\"n\", \"2\"]", 1);
-    let err = Task::from_toml_str(&bad, &task.dir.join("task.toml"), &task.dir, &Default::default())
-        .expect_err("a shape of 2n elements for a buffer of n");
+    let err = Task::from_toml_str(
+        &bad,
+        &task.dir.join("task.toml"),
+        &task.dir,
+        &Default::default(),
+    )
+    .expect_err("a shape of 2n elements for a buffer of n");
     let msg = err.to_string();
-    assert!(msg.contains("params[0].shape") && msg.contains("1001"), "{msg}");
+    assert!(
+        msg.contains("params[0].shape") && msg.contains("1001"),
+        "{msg}"
+    );
     let c_twin = toml.replace("kind = \"torch2cuda\"", "kind = \"c2cuda\"");
-    let err = Task::from_toml_str(&c_twin, &task.dir.join("task.toml"), &task.dir, &Default::default())
-        .expect_err("c2cuda with a numpy twin");
+    let err = Task::from_toml_str(
+        &c_twin,
+        &task.dir.join("task.toml"),
+        &task.dir,
+        &Default::default(),
+    )
+    .expect_err("c2cuda with a numpy twin");
     assert!(err.to_string().contains("numpy_twin"), "{err}");
 }

@@ -324,6 +324,7 @@ fn from_toml_and_files_validates_like_the_loader() {
         "vectorized_float4.cu",
         "grid_stride_unroll4.cu",
         "strided_blocks.cu",
+        "vectorized_float2_ldg.cu",
     ] {
         files.insert(
             name.to_string(),
@@ -336,7 +337,7 @@ fn from_toml_and_files_validates_like_the_loader() {
     assert_eq!(t.id, from_disk.id);
     assert_eq!(t.params, from_disk.params);
     assert_eq!(t.reference.source, from_disk.reference.source);
-    assert_eq!(t.implementations.len(), 3);
+    assert_eq!(t.implementations.len(), 4);
 
     let mut missing = files.clone();
     missing.remove("strided_blocks.cu");

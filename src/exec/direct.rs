@@ -50,9 +50,18 @@ impl DirectGpu {
     }
 
     /// The bytes the harness's fill kernel writes for `n` elements of `dtype` (read back).
-    pub fn device_fill(&self, dtype: DType, n: u64, seed: u64, fill: &Fill) -> Result<Vec<u8>, String> {
+    pub fn device_fill(
+        &self,
+        dtype: DType,
+        n: u64,
+        seed: u64,
+        fill: &Fill,
+    ) -> Result<Vec<u8>, String> {
         let bytes = (n * dtype.size_bytes()) as usize;
-        let buf = self.gpu.alloc(bytes, "generated inputs").map_err(|e| e.to_string())?;
+        let buf = self
+            .gpu
+            .alloc(bytes, "generated inputs")
+            .map_err(|e| e.to_string())?;
         self.support
             .fill(buf.slice(), dtype, n, seed, fill, self.gpu.stream())
             .map_err(|e| e.to_string())?;
@@ -93,7 +102,10 @@ impl DirectGpu {
         let sizes = side_bytes(job, c, &c.reference, &job.reference.scratch);
         let mut buffers = Vec::with_capacity(sizes.len());
         for (i, &b) in sizes.iter().enumerate() {
-            let buf = self.gpu.alloc(b as usize, &format!("buffer {i}")).map_err(e)?;
+            let buf = self
+                .gpu
+                .alloc(b as usize, &format!("buffer {i}"))
+                .map_err(e)?;
             match inputs.get(i) {
                 Some(Some(data)) => {
                     if data.len() as u64 != b {
@@ -118,13 +130,21 @@ impl DirectGpu {
                 .args
                 .iter()
                 .map(|a| match a {
-                    RunArg::Buffer { index } => buffers.get(*index).map_or(0, |b| b.ptr).to_le_bytes(),
+                    RunArg::Buffer { index } => {
+                        buffers.get(*index).map_or(0, |b| b.ptr).to_le_bytes()
+                    }
                     RunArg::Value { bits } => bits.to_le_bytes(),
                 })
                 .collect();
-            driver::launch(f, l.grid, l.block, l.smem, self.gpu.stream(), &mut args, || {
-                format!("reference launch {k}")
-            })
+            driver::launch(
+                f,
+                l.grid,
+                l.block,
+                l.smem,
+                self.gpu.stream(),
+                &mut args,
+                || format!("reference launch {k}"),
+            )
             .map_err(e)?;
         }
         self.gpu

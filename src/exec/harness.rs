@@ -303,7 +303,12 @@ impl SidePlan {
 }
 
 /// Bytes of each buffer a side's runner holds: the ABI buffers, then its scratch.
-pub(crate) fn side_bytes(job: &ExecJob, c: &JobConfig, plan: &ResolvedPlan, scratch: &[DType]) -> Vec<u64> {
+pub(crate) fn side_bytes(
+    job: &ExecJob,
+    c: &JobConfig,
+    plan: &ResolvedPlan,
+    scratch: &[DType],
+) -> Vec<u64> {
     job.buffers
         .iter()
         .zip(&c.lens)

@@ -217,9 +217,9 @@ impl ConfigValues {
                     } else {
                         value.eval_int(&cfg.sizes).map(|i| i as f64)
                     };
-                    scalars.push(v.map_err(|e| {
-                        format!("scalar `{name}` in config `{}`: {e}", cfg.name)
-                    })?);
+                    scalars.push(
+                        v.map_err(|e| format!("scalar `{name}` in config `{}`: {e}", cfg.name))?,
+                    );
                 }
                 Param::Buffer {
                     name,
@@ -234,9 +234,11 @@ impl ConfigValues {
                             .get(name)
                             .cloned()
                             .unwrap_or_else(|| Distribution::default_for(*dtype));
-                        Some(fill_for(&dist, *dtype, &cfg.sizes).map_err(|e| {
-                            format!("inputs.{name} in config `{}`: {e}", cfg.name)
-                        })?)
+                        Some(
+                            fill_for(&dist, *dtype, &cfg.sizes).map_err(|e| {
+                                format!("inputs.{name} in config `{}`: {e}", cfg.name)
+                            })?,
+                        )
                     } else {
                         None
                     });

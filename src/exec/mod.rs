@@ -24,12 +24,12 @@ mod values;
 
 pub use direct::DirectGpu;
 pub use driver::CudaError;
-pub(crate) use harness::buffer_seed;
 pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor, GpuUnavailable};
+pub(crate) use harness::buffer_seed;
 pub use harness::GpuHandler;
 pub use job::{
-    BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts, JobSide,
-    TimingOptions,
+    BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts,
+    JobSide, TimingOptions,
 };
 pub use report::*;
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply};

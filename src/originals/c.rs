@@ -29,7 +29,10 @@ fn c_type(d: DType) -> Option<&'static str> {
 /// The driver's source for this config.
 fn driver_source(task: &Task, inputs: &HostInputs, original: &Path) -> Result<String, String> {
     let mut s = String::new();
-    let _ = writeln!(s, "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>");
+    let _ = writeln!(
+        s,
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>"
+    );
     let _ = writeln!(s, "#include \"{}\"", original.display());
     s.push_str(
         r#"
@@ -109,7 +112,9 @@ pub(super) fn run(
         reason: "running `cc --version` failed".into(),
     })?;
     let original = task.dir.join(&task.original_file);
-    let original = original.canonicalize().map_err(|e| io_error(&original, e))?;
+    let original = original
+        .canonicalize()
+        .map_err(|e| io_error(&original, e))?;
     let src = driver_source(task, inputs, &original).map_err(|log| OriginalError::Compile {
         task: task.id.clone(),
         file: task.original_file.clone(),

@@ -151,11 +151,7 @@ fn sample_indices(n: u64, k: usize, salt: u64) -> Vec<u64> {
 }
 
 /// Compares outputs with reference bytes, buffer by buffer.
-fn against_reference(
-    task: &Task,
-    got: &OriginalOutputs,
-    want: &[Vec<u8>],
-) -> Vec<BufferCompare> {
+fn against_reference(task: &Task, got: &OriginalOutputs, want: &[Vec<u8>]) -> Vec<BufferCompare> {
     buffers(task)
         .iter()
         .enumerate()
@@ -168,7 +164,11 @@ fn against_reference(
 }
 
 /// Compares outputs with sampled reference values.
-fn against_samples(task: &Task, got: &OriginalOutputs, s: &TaskSamples) -> Result<Vec<BufferCompare>, String> {
+fn against_samples(
+    task: &Task,
+    got: &OriginalOutputs,
+    s: &TaskSamples,
+) -> Result<Vec<BufferCompare>, String> {
     let mut out = Vec::new();
     for (i, (name, dtype, is_out)) in buffers(task).iter().enumerate() {
         if !is_out {
@@ -183,7 +183,9 @@ fn against_samples(task: &Task, got: &OriginalOutputs, s: &TaskSamples) -> Resul
         let mut c = BufferCompare::empty(name);
         for &(idx, w) in want {
             if idx as usize >= n {
-                return Err(format!("sample index {idx} of `{name}` is past its {n} elements"));
+                return Err(format!(
+                    "sample index {idx} of `{name}` is past its {n} elements"
+                ));
             }
             let gv = element_f64(*dtype, g, idx as usize);
             c.elements += 1;
@@ -207,9 +209,17 @@ pub struct GpuCheck<'a> {
 }
 
 /// The reference's outputs on these inputs.
-fn reference_outputs(task: &Task, ci: usize, inputs: &HostInputs, g: &GpuCheck<'_>, seed: u64) -> Result<Vec<Vec<u8>>, String> {
-    let mut cand = Candidate::parse(&task.reference.source).map_err(|e| format!("reference: {e}"))?;
-    cand.check_abi(task).map_err(|e| format!("reference: {e}"))?;
+fn reference_outputs(
+    task: &Task,
+    ci: usize,
+    inputs: &HostInputs,
+    g: &GpuCheck<'_>,
+    seed: u64,
+) -> Result<Vec<Vec<u8>>, String> {
+    let mut cand =
+        Candidate::parse(&task.reference.source).map_err(|e| format!("reference: {e}"))?;
+    cand.check_abi(task)
+        .map_err(|e| format!("reference: {e}"))?;
     let plan = cand
         .resolve(task, &task.configs[ci], &PlanLimits::default())
         .map_err(|e| format!("reference: {e}"))?;
@@ -250,7 +260,12 @@ pub struct Prepared {
 }
 
 /// Runs the original (and the NumPy twin next to PyTorch) on the smallest config.
-pub fn prepare(task: &Task, tools: &Tools, opts: &CheckOptions, samples: Option<&Samples>) -> Prepared {
+pub fn prepare(
+    task: &Task,
+    tools: &Tools,
+    opts: &CheckOptions,
+    samples: Option<&Samples>,
+) -> Prepared {
     let seed = samples.map_or(opts.seed, |s| s.seed);
     let mut check = TaskCheck {
         task: task.id.clone(),
@@ -281,17 +296,26 @@ fn run_side(
     out: &mut TaskCheck,
 ) -> Result<(usize, HostInputs, OriginalOutputs), String> {
     let cfg = smallest_config(task).ok_or("the task has no configs")?;
-    let ci = task.configs.iter().position(|c| c.name == cfg.name).unwrap_or(0);
+    let ci = task
+        .configs
+        .iter()
+        .position(|c| c.name == cfg.name)
+        .unwrap_or(0);
     out.config = cfg.name.clone();
     let inputs = HostInputs::generate(task, cfg, seed)?;
     let engine = tools.engine_for(task);
     out.engine = Some(engine);
-    let got = run_original(task, cfg, &inputs, engine, tools, opts.limit).map_err(|e| e.to_string())?;
+    let got =
+        run_original(task, cfg, &inputs, engine, tools, opts.limit).map_err(|e| e.to_string())?;
     out.seconds = got.seconds;
     if engine == Engine::Torch && task.numpy_twin.is_some() {
         let twin = run_original(task, cfg, &inputs, Engine::Numpy, tools, opts.limit)
             .map_err(|e| format!("NumPy twin: {e}"))?;
-        let torch: Vec<Vec<u8>> = got.buffers.iter().map(|b| b.clone().unwrap_or_default()).collect();
+        let torch: Vec<Vec<u8>> = got
+            .buffers
+            .iter()
+            .map(|b| b.clone().unwrap_or_default())
+            .collect();
         out.twin_vs_torch = against_reference(task, &twin, &torch);
     }
     Ok((ci, inputs, got))
@@ -308,9 +332,15 @@ pub fn finish(
     samples: Option<&Samples>,
     record: Option<&mut Samples>,
 ) -> TaskCheck {
-    let Prepared { mut check, ran, seed } = prepared;
+    let Prepared {
+        mut check,
+        ran,
+        seed,
+    } = prepared;
     if let Some((ci, inputs, got)) = ran {
-        if let Err(e) = compare_side(task, ci, &inputs, &got, seed, opts, gpu, samples, record, &mut check) {
+        if let Err(e) = compare_side(
+            task, ci, &inputs, &got, seed, opts, gpu, samples, record, &mut check,
+        ) {
             check.error = Some(e);
         }
     }
@@ -387,7 +417,9 @@ fn compare_side(
     if let Some(g) = gpu {
         let bufs = buffers(task);
         for (i, f) in inputs.values.fills.iter().enumerate() {
-            let (Some(f), Some(host)) = (f, &inputs.buffers[i]) else { continue };
+            let (Some(f), Some(host)) = (f, &inputs.buffers[i]) else {
+                continue;
+            };
             let (name, dtype, _) = &bufs[i];
             let dev = g
                 .gpu
@@ -416,7 +448,11 @@ fn compare_side(
                 if !is_out || opts.samples_per_buffer == 0 {
                     continue;
                 }
-                let idx = sample_indices(inputs.values.lens[i], opts.samples_per_buffer, crate::inputs::mix64(i as u64));
+                let idx = sample_indices(
+                    inputs.values.lens[i],
+                    opts.samples_per_buffer,
+                    crate::inputs::mix64(i as u64),
+                );
                 let vals = idx
                     .into_iter()
                     .map(|k| {

@@ -53,7 +53,13 @@ impl BufferCompare {
 }
 
 /// Compares two whole buffers of `dtype` (lengths must agree; extra bytes are ignored).
-pub fn compare(buffer: &str, dtype: DType, got: &[u8], want: &[u8], tol: &Tolerance) -> BufferCompare {
+pub fn compare(
+    buffer: &str,
+    dtype: DType,
+    got: &[u8],
+    want: &[u8],
+    tol: &Tolerance,
+) -> BufferCompare {
     let w = dtype.size_bytes() as usize;
     let n = got.len().min(want.len()) / w;
     let mut c = BufferCompare {
@@ -65,7 +71,12 @@ pub fn compare(buffer: &str, dtype: DType, got: &[u8], want: &[u8], tol: &Tolera
         max_rel: 0.0,
     };
     for i in 0..n {
-        c.add(i as u64, element_f64(dtype, got, i), element_f64(dtype, want, i), tol);
+        c.add(
+            i as u64,
+            element_f64(dtype, got, i),
+            element_f64(dtype, want, i),
+            tol,
+        );
     }
     c
 }

@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub use check::{
-    check_task, check_tasks, finish, prepare, CheckOptions, Exact, GpuCheck, Prepared, Samples, TaskCheck,
-    TaskSamples, TwinCheck,
+    check_task, check_tasks, finish, prepare, CheckOptions, Exact, GpuCheck, Prepared, Samples,
+    TaskCheck, TaskSamples, TwinCheck,
 };
 pub use compare::{compare, element_f64, BufferCompare};
 pub use python::torch_eager_ms;
@@ -251,7 +251,11 @@ pub(crate) fn run_limited_full(cmd: Command, limit: Duration) -> Result<(Ended, 
     run_limited_keep(cmd, limit, usize::MAX)
 }
 
-fn run_limited_keep(mut cmd: Command, limit: Duration, keep: usize) -> Result<(Ended, f64), String> {
+fn run_limited_keep(
+    mut cmd: Command,
+    limit: Duration,
+    keep: usize,
+) -> Result<(Ended, f64), String> {
     use std::io::Read;
     let out_path = std::env::temp_dir().join(format!(
         "cudaperf-original-log-{}-{:?}",
@@ -260,7 +264,9 @@ fn run_limited_keep(mut cmd: Command, limit: Duration, keep: usize) -> Result<(E
     ));
     let log = std::fs::File::create(&out_path).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
-    cmd.stdout(log).stderr(log2).stdin(std::process::Stdio::null());
+    cmd.stdout(log)
+        .stderr(log2)
+        .stdin(std::process::Stdio::null());
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|e| e.to_string())?;
     let ended = loop {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{
-    io_error, read_outputs, run_limited, run_limited_full, write_inputs, Ended, Engine, OriginalError,
-    OriginalOutputs, Tools,
+    io_error, read_outputs, run_limited, run_limited_full, write_inputs, Ended, Engine,
+    OriginalError, OriginalOutputs, Tools,
 };
 use crate::exec::ConfigValues;
 use crate::inputs::HostInputs;
@@ -63,10 +63,13 @@ pub(super) fn run(
     dir: &Path,
     limit: Duration,
 ) -> Result<OriginalOutputs, OriginalError> {
-    let python = tools.python.as_deref().ok_or_else(|| OriginalError::Missing {
-        tool: "python3 with numpy".into(),
-        reason: "`python3 -c 'import numpy'` failed".into(),
-    })?;
+    let python = tools
+        .python
+        .as_deref()
+        .ok_or_else(|| OriginalError::Missing {
+            tool: "python3 with numpy".into(),
+            reason: "`python3 -c 'import numpy'` failed".into(),
+        })?;
     if engine == Engine::Torch && !tools.torch {
         return Err(OriginalError::Missing {
             tool: "PyTorch".into(),
@@ -201,10 +204,22 @@ pub fn torch_eager_ms(
         }
     };
     let mut results: Vec<Result<serde_json::Value, String>> = (0..items.len())
-        .map(|_| Err(format!("no result (the driver stopped early); its output ended with: {}", tail(&out))))
+        .map(|_| {
+            Err(format!(
+                "no result (the driver stopped early); its output ended with: {}",
+                tail(&out)
+            ))
+        })
         .collect();
-    for v in out.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
-        let Some(i) = v["index"].as_u64().map(|i| i as usize).filter(|&i| i < items.len()) else {
+    for v in out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    {
+        let Some(i) = v["index"]
+            .as_u64()
+            .map(|i| i as usize)
+            .filter(|&i| i < items.len())
+        else {
             continue;
         };
         results[i] = match v["error"].as_str() {

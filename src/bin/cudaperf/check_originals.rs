@@ -63,11 +63,7 @@ fn line(c: &TaskCheck) -> String {
     } else if c.against == "nothing" {
         "ran (nothing to compare with here: give --gpu or --samples)".to_string()
     } else {
-        let worst = c
-            .outputs
-            .iter()
-            .map(|b| b.max_abs)
-            .fold(0.0f64, f64::max);
+        let worst = c.outputs.iter().map(|b| b.max_abs).fold(0.0f64, f64::max);
         let n: u64 = c.outputs.iter().map(|b| b.elements).sum();
         format!("ok ({n} elements, max abs diff {worst:.2e})")
     };
@@ -84,7 +80,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     let samples = match &a.samples {
         Some(p) => Some(
             serde_json::from_str::<Samples>(
-                &std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+                &std::fs::read_to_string(p)
+                    .map_err(|e| format!("cannot read {}: {e}", p.display()))?,
             )
             .map_err(|e| format!("{}: not a samples file: {e}", p.display()))?,
         ),
@@ -99,7 +96,10 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     }
     if let (Some(s), Some(seed)) = (&samples, a.seed) {
         if s.seed != seed {
-            return Err(format!("--seed {seed} differs from the samples' seed {}", s.seed));
+            return Err(format!(
+                "--seed {seed} differs from the samples' seed {}",
+                s.seed
+            ));
         }
     }
     let device = if a.gpu {
@@ -138,7 +138,10 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let mut record = Samples {
-        device: device.as_ref().map(|d| d.name().to_string()).unwrap_or_default(),
+        device: device
+            .as_ref()
+            .map(|d| d.name().to_string())
+            .unwrap_or_default(),
         ..Default::default()
     };
     let results = originals::check_tasks(
@@ -212,7 +215,8 @@ pub fn torch_eager(
         .collect();
     // 2 x the H200's 60 MiB L2, as the timing protocol flushes; 20 s per module at most.
     let limit = Duration::from_secs(60 + 20 * items.len() as u64);
-    let results = originals::torch_eager_ms(&items, runs, 128 << 20, limit).map_err(|e| e.to_string())?;
+    let results =
+        originals::torch_eager_ms(&items, runs, 128 << 20, limit).map_err(|e| e.to_string())?;
     for ((t, cfg), r) in items.iter().zip(results) {
         let reference = timings
             .as_ref()
