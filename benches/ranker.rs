@@ -51,5 +51,33 @@ fn bench_inference(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_inference);
+/// The launch-plan features of one candidate on its parsed tree (what the pipeline's ranker
+/// stage adds for a launch-feature model): plan, atomics, and the warp probe.
+fn bench_launch_features(c: &mut Criterion) {
+    use cudaperf::analysis::{analyze_tree, SourceTree};
+    use cudaperf::candidate::PlanLimits;
+    use cudaperf::ranker::{launch_features, LaunchInput, TimedPlan};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tasks");
+    let mut g = c.benchmark_group("ranker_launch_features");
+    for (task, imp) in [
+        ("layernorm", "block_per_row_smem"),
+        ("batchnorm2d_inference", "channel_major_strided"),
+    ] {
+        let task = cudaperf::task::Task::load(dir.join(task)).unwrap();
+        let source = task.implementation(imp).unwrap().source.clone();
+        let tree = SourceTree::parse(source.as_bytes()).unwrap();
+        let features = analyze_tree(&tree);
+        let plan = TimedPlan::of_source(&task, &source, &PlanLimits::default(), imp).unwrap();
+        let input = LaunchInput {
+            tree: Some(&tree),
+            ..plan.input(&task, &source)
+        };
+        g.bench_function(imp, |b| {
+            b.iter(|| launch_features(black_box(&input), &features, "bench").unwrap())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_inference, bench_launch_features);
 criterion_main!(benches);

@@ -518,6 +518,24 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
 }
 "#;
 
+    // Guards the concrete coalescing probe: the batchnorm variant whose thread index runs
+    // over channels first (`i % c`, planes h*w apart) touches 32 sectors per warp access,
+    // 8 times the 4 a coalesced float access needs; the reference's accesses are coalesced.
+    #[test]
+    fn channel_fastest_mapping_touches_eight_times_the_sectors() {
+        let t = task("batchnorm2d_inference");
+        let slow = of(&t, &imp(&t, "channel_major_strided"));
+        let reference = of(&t, &t.reference.source);
+        assert!(
+            (slow["launch_sector_excess_max"] - 8f32.ln()).abs() < 1e-4,
+            "{slow:?}"
+        );
+        // x and y are scattered; the four per-channel parameters (`running_mean[ch]`...) are
+        // read by consecutive channels, so coalesced.
+        assert!(slow["launch_sector_excess_mean"] > 0.5, "{slow:?}");
+        assert!(reference["launch_sector_excess_max"] < 0.1, "{reference:?}");
+    }
+
     // Guards the starved-grid signal: a one-block scan sits far below one block per SM and
     // sweeps the whole array in that launch; the multi-block reference's one-block pass
     // only touches the block sums.
@@ -657,19 +675,22 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
         }
     }
 
-    // Guards old models: the shipped folder (structural features only) loads, needs no
-    // launch plan, and scores as the embedded model does.
+    // Guards old models: the model shipped until 2026-12-01 (structural features only,
+    // kept in fixtures/models/ranker-structural-2026-11-29) loads, needs no launch plan and
+    // scores; the shipped model now needs one.
     #[test]
     fn old_model_file_still_loads_and_scores() {
-        let old = TrainedRanker::load_unchecked(fixture("models/ranker")).unwrap();
+        let old =
+            TrainedRanker::load_unchecked(fixture("models/ranker-structural-2026-11-29")).unwrap();
         assert_eq!(FeatureSet::of(old.feature_names()), FeatureSet::default());
         let t = task("histogram_256");
         let (a, b) = (imp(&t, "reference"), imp(&t, "shared_privatized"));
         let fa = features_for(&a, None, old.feature_names()).unwrap();
         let fb = features_for(&b, None, old.feature_names()).unwrap();
-        let shipped = TrainedRanker::shipped().unwrap();
-        assert_eq!(old.score(&fa).unwrap(), shipped.score(&fa).unwrap());
         assert!(old.score(&fa).unwrap().is_finite() && old.score(&fb).unwrap().is_finite());
         assert_ne!(old.score(&fa).unwrap(), old.score(&fb).unwrap());
+        let shipped = TrainedRanker::shipped().unwrap();
+        assert!(FeatureSet::of(shipped.feature_names()).launch);
+        assert!(features_for(&a, None, shipped.feature_names()).is_err());
     }
 }

@@ -41,6 +41,7 @@ mod memory_ops;
 mod node;
 mod occupancy;
 pub(crate) mod parse;
+mod probe;
 mod score;
 mod shared;
 mod source;
@@ -55,6 +56,7 @@ pub use features::{
     SyntaxFeatures, Totals,
 };
 pub use occupancy::{occupancy, DeviceSpec, Limiter, Occupancy, OccupancyError, DEVICES};
+pub use probe::{probe_warp, AccessProbe, ProbeArg};
 pub use score::{structural_score, ScoreTerm, StructuralScore};
 pub use source::{SourceTree, SyntaxProblems};
 pub use vector::FEATURE_NAMES;

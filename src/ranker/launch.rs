@@ -34,6 +34,13 @@
 //! | `launch_shared_atomics_per_element` | `ln(1 + Σ_l threads_l × s_l × max(1, elems_l / threads_l) / N)`, `s_l` the kernel's shared-memory atomics |
 //! | `launch_block_threads` | `ln(threads per block)` of the launch with the most threads |
 //! | `launch_max_smem_kib` | `ln(1 + largest dynamic shared memory request in KiB)` |
+//! | `launch_sector_excess_mean` | mean over the probed global accesses of `ln(sectors / fewest sectors)` for the probed lanes (0: every access coalesced) |
+//! | `launch_sector_excess_max` | the largest of them (`ln 8 ≈ 2.08`: 8 four-byte lanes in 8 sectors instead of 1) |
+//!
+//! The sector counts come from [`probe_warp`]: the kernel's integer index arithmetic run for
+//! the first 8 lanes of a warp of the middle block with the launch's real grid, block and
+//! scalar arguments, which sees through the `%` and `/` of multi-dimensional thread mappings
+//! that the symbolic access classes leave `unknown`.
 //!
 //! Atomic counts are the structure analysis' static counts ([`SyncFeatures`]) of the launched
 //! kernel (its `__device__` callees inlined), taken as executed once per thread, and once per
@@ -45,7 +52,7 @@
 //! [`SyncFeatures`]: crate::analysis::SyncFeatures
 
 use super::error::{RankerError, Result};
-use crate::analysis::{Features, KernelFeatures};
+use crate::analysis::{probe_warp, Features, KernelFeatures, ProbeArg, SourceTree};
 use crate::candidate::{kernel_params, Candidate, PlanLimits, ResolvedArg, ResolvedPlan};
 use crate::pipeline::timing_config;
 use crate::task::{InputConfig, Param, Task};
@@ -71,6 +78,8 @@ pub const LAUNCH_FEATURE_NAMES: &[&str] = &[
     "launch_shared_atomics_per_element",
     "launch_block_threads",
     "launch_max_smem_kib",
+    "launch_sector_excess_mean",
+    "launch_sector_excess_max",
 ];
 
 /// A launch plan resolved on one of its task's configurations: what [`launch_features`]
@@ -86,6 +95,9 @@ pub struct LaunchInput<'a> {
     /// The CUDA source the plan belongs to (its kernels' parameter names tell which of the
     /// buffers passed each launch reads or writes).
     pub source: &'a str,
+    /// `source` already parsed (the pipeline's syntax stage), so the warp probe does not
+    /// parse it again; `None`: parsed here.
+    pub tree: Option<&'a SourceTree>,
 }
 
 /// A launch plan resolved on its task's timed configuration, owned.
@@ -139,6 +151,7 @@ impl TimedPlan {
             config: &task.configs[self.config],
             plan: &self.plan,
             source,
+            tree: None,
         }
     }
 }
@@ -179,6 +192,7 @@ pub fn launch_features_named(
         config,
         plan,
         source,
+        tree,
     } = *input;
     if plan.launches.is_empty() {
         return Err(launch_error(what, "the plan has no launch"));
@@ -205,7 +219,42 @@ pub fn launch_features_named(
     let (mut global_atomics, mut shared_atomics) = (0.0f64, 0.0f64);
     let (mut widest_threads, mut widest_block) = (0.0f64, 1.0f64);
     let mut max_smem = 0u32;
+    // Sectors a warp's global accesses touch over the fewest they could (concrete probe).
+    let parsed;
+    let tree = match tree {
+        Some(t) if t.text() == source => Some(t),
+        _ => {
+            parsed = SourceTree::parse(source.as_bytes()).ok();
+            parsed.as_ref()
+        }
+    };
+    let (mut excess_sum, mut excess_n, mut excess_max) = (0.0f64, 0usize, 0.0f64);
     for (li, l) in plan.launches.iter().enumerate() {
+        if let Some(tree) = tree {
+            let args: Vec<ProbeArg> = l
+                .args
+                .iter()
+                .map(|a| match *a {
+                    ResolvedArg::Param { index } => match task.params.get(index) {
+                        Some(Param::Buffer { .. }) => ProbeArg::Buffer,
+                        Some(Param::Scalar { dtype, value, .. }) if !dtype.is_float() => value
+                            .eval_int(&config.sizes)
+                            .map_or(ProbeArg::Other, ProbeArg::Int),
+                        _ => ProbeArg::Other,
+                    },
+                    ResolvedArg::Scratch { .. } => ProbeArg::Buffer,
+                    ResolvedArg::Int { value } => ProbeArg::Int(i64::from(value)),
+                })
+                .collect();
+            for a in probe_warp(tree, &l.kernel, l.grid, l.block, &args) {
+                let e = (f64::from(a.sectors) / f64::from(a.ideal.max(1)))
+                    .max(1.0)
+                    .ln();
+                excess_sum += e;
+                excess_n += 1;
+                excess_max = excess_max.max(e);
+            }
+        }
         let blocks = l.grid.iter().map(|&g| f64::from(g)).product::<f64>();
         let block = l.block.iter().map(|&b| f64::from(b)).product::<f64>();
         let threads = blocks * block;
@@ -282,6 +331,15 @@ pub fn launch_features_named(
         ),
         ("launch_block_threads", ln_ratio(widest_block)),
         ("launch_max_smem_kib", ln1p(f64::from(max_smem) / 1024.0)),
+        (
+            "launch_sector_excess_mean",
+            if excess_n > 0 {
+                (excess_sum / excess_n as f64) as f32
+            } else {
+                0.0
+            },
+        ),
+        ("launch_sector_excess_max", excess_max as f32),
     ])
 }
 
