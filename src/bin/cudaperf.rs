@@ -417,35 +417,7 @@ enum DatasetCommand {
     /// twin of the device input generator; with --gpu, compare with the reference run on the
     /// same inputs here, and the generator with the device's; with --samples, compare with
     /// reference values sampled on a GPU earlier. Exits 1 when a task fails.
-    CheckOriginals {
-        /// Folder of task folders (the crate's: fixtures/tasks).
-        #[arg(long)]
-        tasks: PathBuf,
-        /// Only these task ids (comma-separated).
-        #[arg(long)]
-        only: Option<String>,
-        /// Run the references on this machine's GPU and compare.
-        #[arg(long)]
-        gpu: bool,
-        /// Reference values sampled on a GPU (written by --write-samples).
-        #[arg(long, conflicts_with = "gpu")]
-        samples: Option<PathBuf>,
-        /// With --gpu: write sampled reference values here.
-        #[arg(long, requires = "gpu")]
-        write_samples: Option<PathBuf>,
-        /// Input set seed (default: the samples' seed, else a fixed one).
-        #[arg(long, value_parser = whole)]
-        seed: Option<u64>,
-        /// Time limit of one original run, seconds.
-        #[arg(long, default_value_t = 120.0, value_parser = seconds)]
-        limit: f64,
-        /// Originals run in parallel (default: the number of cores).
-        #[arg(long, value_parser = count)]
-        jobs: Option<usize>,
-        /// Write every task's result as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    CheckOriginals(check_originals::Args),
     /// PyTorch-eager time of every torch2cuda task's original on its timed config (this
     /// machine's GPU; needs python3 with torch), next to the reference's from a timings file.
     TorchEager {
@@ -797,27 +769,7 @@ fn dataset(command: DatasetCommand) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        DatasetCommand::CheckOriginals {
-            tasks,
-            only,
-            gpu,
-            samples,
-            write_samples,
-            seed,
-            limit,
-            jobs,
-            json,
-        } => check_originals::run(check_originals::Args {
-            tasks,
-            only,
-            gpu,
-            samples,
-            write_samples,
-            seed,
-            limit,
-            jobs,
-            json,
-        }),
+        DatasetCommand::CheckOriginals(args) => check_originals::run(args),
         DatasetCommand::TorchEager {
             tasks,
             only,

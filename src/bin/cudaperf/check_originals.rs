@@ -10,15 +10,35 @@ use cudaperf::exec::DirectGpu;
 use cudaperf::originals::{self, CheckOptions, GpuCheck, Samples, TaskCheck, Tools};
 use cudaperf::task::{Task, TaskKind};
 
+/// `cudaperf dataset check-originals`.
+#[derive(clap::Args)]
 pub struct Args {
+    /// Folder of task folders (the crate's: fixtures/tasks).
+    #[arg(long)]
     pub tasks: PathBuf,
+    /// Only these task ids (comma-separated).
+    #[arg(long)]
     pub only: Option<String>,
+    /// Run the references on this machine's GPU and compare.
+    #[arg(long)]
     pub gpu: bool,
+    /// Reference values sampled on a GPU (written by --write-samples).
+    #[arg(long, conflicts_with = "gpu")]
     pub samples: Option<PathBuf>,
+    /// With --gpu: write sampled reference values here.
+    #[arg(long, requires = "gpu")]
     pub write_samples: Option<PathBuf>,
+    /// Input set seed (default: the samples' seed, else a fixed one).
+    #[arg(long, value_parser = super::whole)]
     pub seed: Option<u64>,
+    /// Time limit of one original run, seconds.
+    #[arg(long, default_value_t = 120.0, value_parser = super::seconds)]
     pub limit: f64,
+    /// Originals run in parallel (default: the number of cores).
+    #[arg(long, value_parser = super::count)]
     pub jobs: Option<usize>,
+    /// Write every task's result as JSON here.
+    #[arg(long)]
     pub json: Option<PathBuf>,
 }
 
