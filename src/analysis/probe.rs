@@ -56,6 +56,10 @@ enum Val {
 
 const MAX_STEPS: usize = 4000;
 
+/// Deepest nesting of expressions and statements followed (hostile sources nest thousands
+/// of parentheses; the probe must not overflow the stack).
+const MAX_DEPTH: usize = 64;
+
 /// Lanes probed: the first 8 of the warp. For 4-byte elements they span one sector when
 /// coalesced and 8 when scattered, the same 8× ratio the full warp shows (4 against 32), at a
 /// quarter of the cost (each lane is interpreted separately: about 25 µs for a 100-line
@@ -72,6 +76,7 @@ struct Lane<'t, 'a> {
     /// (access node start byte) -> (param, byte address)
     seen: BTreeMap<usize, (usize, i64, u32)>,
     steps: usize,
+    depth: usize,
     returned: bool,
     _t: std::marker::PhantomData<&'t ()>,
 }
@@ -82,9 +87,16 @@ where
 {
     fn eval(&mut self, n: Node<'t>) -> Val {
         self.steps += 1;
-        if self.steps > MAX_STEPS {
+        if self.steps > MAX_STEPS || self.depth >= MAX_DEPTH {
             return Val::Unknown;
         }
+        self.depth += 1;
+        let v = self.eval_node(n);
+        self.depth -= 1;
+        v
+    }
+
+    fn eval_node(&mut self, n: Node<'t>) -> Val {
         match n.kind_str() {
             "number_literal" => {
                 let t = text(n, self.src).trim_end_matches(['u', 'U', 'l', 'L']);
@@ -333,10 +345,16 @@ where
     }
 
     fn exec(&mut self, s: Node<'t>) {
-        if self.returned || self.steps > MAX_STEPS {
+        if self.returned || self.steps > MAX_STEPS || self.depth >= MAX_DEPTH {
             return;
         }
         self.steps += 1;
+        self.depth += 1;
+        self.exec_node(s);
+        self.depth -= 1;
+    }
+
+    fn exec_node(&mut self, s: Node<'t>) {
         match s.kind_str() {
             "compound_statement" => {
                 let mut c = s.walk();
@@ -612,6 +630,7 @@ pub fn probe_warp(
             gdim: g,
             seen: BTreeMap::new(),
             steps: 0,
+            depth: 0,
             returned: false,
             _t: std::marker::PhantomData,
         };
@@ -682,6 +701,19 @@ mod tests {
         );
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p.iter().all(|a| a.sectors == 8 && a.ideal == 1), "{p:?}");
+    }
+
+    #[test]
+    fn deep_nesting_is_cut_off() {
+        let deep = format!(
+            "__global__ void k(float* y) {{ y[{}threadIdx.x{}] = 1.0f; {}{} }}",
+            "(".repeat(20_000),
+            ")".repeat(20_000),
+            "{".repeat(5_000),
+            "}".repeat(5_000)
+        );
+        let p = probe(&deep, [1, 1, 1], [32, 1, 1], &[ProbeArg::Buffer]);
+        assert!(p.is_empty(), "{p:?}");
     }
 
     #[test]
