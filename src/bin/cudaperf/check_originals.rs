@@ -25,7 +25,8 @@ pub struct Args {
     /// Reference values sampled on a GPU (written by --write-samples).
     #[arg(long, conflicts_with = "gpu")]
     pub samples: Option<PathBuf>,
-    /// With --gpu: write sampled reference values here.
+    /// With --gpu: write sampled reference values here (an existing samples file of the same
+    /// seed and device is updated: tasks not checked now are kept).
     #[arg(long, requires = "gpu")]
     pub write_samples: Option<PathBuf>,
     /// Input set seed (default: the samples' seed, else a fixed one).
@@ -194,6 +195,15 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
     if let Some(p) = &a.write_samples {
+        // An existing file for the same seed keeps the tasks not checked now (`--only`).
+        if let Some(mut old) = std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Samples>(&t).ok())
+            .filter(|old| old.seed == record.seed && old.device == record.device)
+        {
+            old.tasks.append(&mut record.tasks);
+            record = old;
+        }
         let text = serde_json::to_string(&record).map_err(|e| e.to_string())?;
         std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
