@@ -265,3 +265,36 @@ fn shapes_must_hold_their_buffers() {
     .expect_err("c2cuda with a numpy twin");
     assert!(err.to_string().contains("numpy_twin"), "{err}");
 }
+
+#[test]
+fn samples_update_keeps_other_tasks_of_the_same_input_set() {
+    use cudaperf::originals::{Exact, TaskSamples};
+    let one = |task: &str, v: f64| {
+        let mut s = Samples {
+            device: "NVIDIA H200".into(),
+            seed: 7,
+            ..Default::default()
+        };
+        s.tasks.insert(
+            task.into(),
+            TaskSamples {
+                config: "small".into(),
+                buffers: [("y".to_string(), vec![(0, Some(Exact(v)))])].into(),
+            },
+        );
+        s
+    };
+    let mut old = one("a", 1.0);
+    old.tasks.extend(one("b", 2.0).tasks);
+    let merged = old.clone().update(one("b", 3.0));
+    assert_eq!(merged.tasks.len(), 2);
+    assert_eq!(merged.tasks["a"], old.tasks["a"]);
+    assert_eq!(merged.tasks["b"].buffers["y"][0].1, Some(Exact(3.0)));
+    // Another seed: the new samples alone.
+    let other = Samples {
+        seed: 8,
+        ..one("c", 4.0)
+    };
+    let replaced = old.update(other.clone());
+    assert_eq!(replaced, other);
+}

@@ -48,6 +48,20 @@ pub struct Samples {
     pub tasks: BTreeMap<String, TaskSamples>,
 }
 
+impl Samples {
+    /// Adds `newer`'s tasks to these samples (replacing a task both have) when both were
+    /// taken with the same seed on the same device; otherwise `newer` alone, since samples
+    /// of different input sets cannot be mixed.
+    pub fn update(self, mut newer: Samples) -> Samples {
+        if self.seed != newer.seed || self.device != newer.device {
+            return newer;
+        }
+        let mut merged = self;
+        merged.tasks.append(&mut newer.tasks);
+        merged
+    }
+}
+
 /// One task's sampled reference outputs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSamples {

@@ -196,13 +196,11 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     }
     if let Some(p) = &a.write_samples {
         // An existing file for the same seed keeps the tasks not checked now (`--only`).
-        if let Some(mut old) = std::fs::read_to_string(p)
+        if let Some(old) = std::fs::read_to_string(p)
             .ok()
             .and_then(|t| serde_json::from_str::<Samples>(&t).ok())
-            .filter(|old| old.seed == record.seed && old.device == record.device)
         {
-            old.tasks.append(&mut record.tasks);
-            record = old;
+            record = old.update(record);
         }
         let text = serde_json::to_string(&record).map_err(|e| e.to_string())?;
         std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
