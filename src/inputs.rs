@@ -112,12 +112,7 @@ impl HostInputs {
     /// Generates input set `seed` of `cfg`; the error names what could not be evaluated.
     pub fn generate(task: &Task, cfg: &InputConfig, seed: u64) -> Result<HostInputs, String> {
         let values = ConfigValues::of(task, cfg)?;
-        let dtypes: Vec<DType> = task
-            .params
-            .iter()
-            .filter(|p| matches!(p, crate::task::Param::Buffer { .. }))
-            .map(|p| p.dtype())
-            .collect();
+        let dtypes: Vec<DType> = task.buffers().map(|b| b.dtype).collect();
         let buffers = values
             .fills
             .iter()

@@ -13,6 +13,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::expr::{Expr, Sizes};
 
+/// A buffer parameter of a task's ABI, borrowed ([`Task::buffers`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BufferParam<'a> {
+    /// Parameter name.
+    pub name: &'a str,
+    /// Data direction.
+    pub direction: Direction,
+    /// Element type.
+    pub dtype: DType,
+    /// Element count.
+    pub len: &'a Expr,
+    /// Tensor shape the original sees (empty: flat).
+    pub shape: &'a [Expr],
+}
+
 /// Where the original program of a task comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -978,6 +993,26 @@ impl Task {
             }
         }
         Ok(task)
+    }
+
+    /// The ABI's buffer parameters, in order.
+    pub fn buffers(&self) -> impl Iterator<Item = BufferParam<'_>> {
+        self.params.iter().filter_map(|p| match p {
+            Param::Buffer {
+                name,
+                direction,
+                dtype,
+                len,
+                shape,
+            } => Some(BufferParam {
+                name,
+                direction: *direction,
+                dtype: *dtype,
+                len,
+                shape,
+            }),
+            Param::Scalar { .. } => None,
+        })
     }
 
     /// Element count of each buffer for a config, in ABI order (name, dtype, len).

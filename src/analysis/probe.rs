@@ -16,7 +16,7 @@ use tree_sitter::Node;
 
 use super::memory_ops::type_bytes;
 use super::node::NodeExt;
-use super::parse::{collect, function_name, parameters, text};
+use super::parse::{collect, parameters, text, Program};
 use super::symbolic::declared_name;
 use super::SourceTree;
 
@@ -66,7 +66,7 @@ const MAX_DEPTH: usize = 64;
 /// kernel).
 const PROBE_LANES: i64 = 8;
 
-struct Lane<'t, 'a> {
+struct Lane<'a> {
     src: &'a str,
     vars: HashMap<&'a str, Val>,
     tid: [i64; 3],
@@ -78,14 +78,10 @@ struct Lane<'t, 'a> {
     steps: usize,
     depth: usize,
     returned: bool,
-    _t: std::marker::PhantomData<&'t ()>,
 }
 
-impl<'t, 'a> Lane<'t, 'a>
-where
-    't: 'a,
-{
-    fn eval(&mut self, n: Node<'t>) -> Val {
+impl<'a> Lane<'a> {
+    fn eval<'t>(&mut self, n: Node<'t>) -> Val {
         self.steps += 1;
         if self.steps > MAX_STEPS || self.depth >= MAX_DEPTH {
             return Val::Unknown;
@@ -96,7 +92,7 @@ where
         v
     }
 
-    fn eval_node(&mut self, n: Node<'t>) -> Val {
+    fn eval_node<'t>(&mut self, n: Node<'t>) -> Val {
         match n.kind_str() {
             "number_literal" => {
                 let t = text(n, self.src).trim_end_matches(['u', 'U', 'l', 'L']);
@@ -192,15 +188,7 @@ where
                 n.field("right").map_or(Val::Unknown, |r| self.eval(r))
             }
             "subscript_expression" => {
-                let Some(base) = n.field("argument") else {
-                    return Val::Unknown;
-                };
-                let b = self.eval(base);
-                let idx = n
-                    .field("indices")
-                    .and_then(|i| i.named_child(0))
-                    .or_else(|| n.field("index"))
-                    .map_or(Val::Unknown, |i| self.eval(i));
+                let (b, idx) = self.base_and_index(n);
                 self.touch(n, b, idx);
                 Val::Unknown
             }
@@ -208,21 +196,13 @@ where
                 let Some(arg) = n.field("argument") else {
                     return Val::Unknown;
                 };
-                let op = n.field("operator").map_or("", |o| o.kind_str());
-                if op == "&" {
+                if n.field("operator").is_some_and(|o| o.kind_str() == "&") {
                     // &a[i] is a pointer, not a load.
-                    if arg.kind_str() == "subscript_expression" {
-                        if let Some(base) = arg.field("argument") {
-                            let b = self.eval(base);
-                            let idx = arg
-                                .field("indices")
-                                .and_then(|i| i.named_child(0))
-                                .or_else(|| arg.field("index"))
-                                .map_or(Val::Unknown, |i| self.eval(i));
-                            return binary("+", b, idx);
-                        }
+                    if arg.kind_str() != "subscript_expression" {
+                        return Val::Unknown;
                     }
-                    return Val::Unknown;
+                    let (b, idx) = self.base_and_index(arg);
+                    return binary("+", b, idx);
                 }
                 let p = self.eval(arg);
                 self.touch(n, p, Val::Int(0));
@@ -233,7 +213,18 @@ where
         }
     }
 
-    fn call(&mut self, n: Node<'t>) -> Val {
+    /// The pointer and the index of `a[i]`.
+    fn base_and_index<'t>(&mut self, n: Node<'t>) -> (Val, Val) {
+        let base = n.field("argument").map_or(Val::Unknown, |b| self.eval(b));
+        let idx = n
+            .field("indices")
+            .and_then(|i| i.named_child(0))
+            .or_else(|| n.field("index"))
+            .map_or(Val::Unknown, |i| self.eval(i));
+        (base, idx)
+    }
+
+    fn call<'t>(&mut self, n: Node<'t>) -> Val {
         let f = n.field("function").map_or("", |f| text(f, self.src));
         let args: Vec<Node<'t>> = n
             .field("arguments")
@@ -271,7 +262,7 @@ where
         }
     }
 
-    fn assign(&mut self, n: Node<'t>) -> Val {
+    fn assign<'t>(&mut self, n: Node<'t>) -> Val {
         let (Some(l), Some(r)) = (n.field("left"), n.field("right")) else {
             return Val::Unknown;
         };
@@ -288,7 +279,7 @@ where
     }
 
     /// Writes a variable, or records the store of an element.
-    fn store(&mut self, l: Node<'t>, v: Val) {
+    fn store<'t>(&mut self, l: Node<'t>, v: Val) {
         match l.kind_str() {
             "identifier" => {
                 let name = text(l, self.src);
@@ -303,7 +294,7 @@ where
     }
 
     /// Records that this lane accesses `base[idx]` at node `n`.
-    fn touch(&mut self, n: Node<'t>, base: Val, idx: Val) {
+    fn touch<'t>(&mut self, n: Node<'t>, base: Val, idx: Val) {
         if let (
             Val::Ptr {
                 param,
@@ -320,7 +311,7 @@ where
         }
     }
 
-    fn declare(&mut self, d: Node<'t>) {
+    fn declare<'t>(&mut self, d: Node<'t>) {
         let ty = d.field("type").map_or("", |t| text(t, self.src));
         let mut c = d.walk();
         for decl in d.children_by_field_name("declarator", &mut c) {
@@ -344,7 +335,7 @@ where
         }
     }
 
-    fn exec(&mut self, s: Node<'t>) {
+    fn exec<'t>(&mut self, s: Node<'t>) {
         if self.returned || self.steps > MAX_STEPS || self.depth >= MAX_DEPTH {
             return;
         }
@@ -354,7 +345,7 @@ where
         self.depth -= 1;
     }
 
-    fn exec_node(&mut self, s: Node<'t>) {
+    fn exec_node<'t>(&mut self, s: Node<'t>) {
         match s.kind_str() {
             "compound_statement" => {
                 let mut c = s.walk();
@@ -560,33 +551,47 @@ fn binary(op: &str, a: Val, b: Val) -> Val {
     }
 }
 
-/// Probes kernel `kernel` of `tree` launched with `grid` × `block` and these arguments (in
-/// parameter order): lanes 0..8 of the first warp of the block in the middle of the grid. One
-/// entry per global access reached with a known address on at least half the lanes.
-pub fn probe_warp(
-    tree: &SourceTree,
-    kernel: &str,
+/// The kernels of one parsed source, found once, to probe launch by launch.
+pub struct WarpProbe<'t> {
+    src: &'t str,
+    prog: Program<'t>,
+}
+
+impl<'t> WarpProbe<'t> {
+    /// Finds the functions of `tree`.
+    pub fn new(tree: &'t SourceTree) -> WarpProbe<'t> {
+        WarpProbe {
+            src: tree.text(),
+            prog: collect(tree.tree(), tree.text()),
+        }
+    }
+
+    /// Probes kernel `kernel` launched with `grid` × `block` and these arguments (in
+    /// parameter order): lanes 0..8 of the first warp of the block in the middle of the
+    /// grid. One entry per global access reached with a known address on at least half the
+    /// lanes; none when the kernel is not found or takes other parameters.
+    pub fn run(
+        &self,
+        kernel: &str,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[ProbeArg],
+    ) -> Vec<AccessProbe> {
+        let base = kernel.split('<').next().unwrap_or(kernel).trim();
+        let Some(def) = self.prog.functions.get(base).map(|f| f.node) else {
+            return Vec::new();
+        };
+        probe_kernel(self.src, def, grid, block, args)
+    }
+}
+
+fn probe_kernel(
+    src: &str,
+    def: Node<'_>,
     grid: [u32; 3],
     block: [u32; 3],
     args: &[ProbeArg],
 ) -> Vec<AccessProbe> {
-    let src = tree.text();
-    let prog = collect(tree.tree(), src);
-    let base = kernel.split('<').next().unwrap_or(kernel).trim();
-    let Some(def) = prog
-        .kernels
-        .iter()
-        .find(|(name, _)| name == base)
-        .map(|(_, n)| *n)
-        .or_else(|| {
-            prog.functions
-                .values()
-                .find(|f| function_name(f.node, src).as_deref() == Some(base))
-                .map(|f| f.node)
-        })
-    else {
-        return Vec::new();
-    };
     let Some(body) = def.field("body") else {
         return Vec::new();
     };
@@ -632,7 +637,6 @@ pub fn probe_warp(
             steps: 0,
             depth: 0,
             returned: false,
-            _t: std::marker::PhantomData,
         };
         l.exec(body);
         for (k, v) in l.seen {
@@ -664,7 +668,7 @@ mod tests {
 
     fn probe(src: &str, grid: [u32; 3], block: [u32; 3], args: &[ProbeArg]) -> Vec<AccessProbe> {
         let tree = SourceTree::parse(src.as_bytes()).expect("parses");
-        probe_warp(&tree, "k", grid, block, args)
+        WarpProbe::new(&tree).run("k", grid, block, args)
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use super::driver::{self, Gpu};
 use super::harness::{runner_launches, side_bytes};
 use super::job::{ExecJob, Fill};
-use super::runner::RunArg;
+use super::runner::arg_bytes;
 use super::support::Support;
 use crate::task::DType;
 
@@ -21,16 +21,7 @@ pub struct DirectGpu {
 impl DirectGpu {
     /// Opens the first visible GPU; the error says why there is none.
     pub fn open() -> Result<DirectGpu, String> {
-        if !driver::driver_present() {
-            return Err("libcuda not found: no NVIDIA driver on this machine".into());
-        }
-        let gpu = Gpu::open().map_err(|e| format!("no usable GPU: {e}"))?;
-        let (info, _) = super::device::describe(&gpu)?;
-        let arch = format!(
-            "sm_{}{}",
-            info.compute_capability.0, info.compute_capability.1
-        );
-        let support = Support::load(&gpu, &arch, info.sms)?;
+        let (gpu, info, _, support, arch) = super::support::open_gpu()?;
         Ok(DirectGpu {
             gpu,
             support,
@@ -126,16 +117,7 @@ impl DirectGpu {
             let f = *functions
                 .get(l.function)
                 .ok_or_else(|| format!("launch {k}: no function {}", l.function))?;
-            let mut args: Vec<[u8; 8]> = l
-                .args
-                .iter()
-                .map(|a| match a {
-                    RunArg::Buffer { index } => {
-                        buffers.get(*index).map_or(0, |b| b.ptr).to_le_bytes()
-                    }
-                    RunArg::Value { bits } => bits.to_le_bytes(),
-                })
-                .collect();
+            let mut args = arg_bytes(&l.args, &buffers);
             driver::launch(
                 f,
                 l.grid,

@@ -16,7 +16,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::device;
 use super::driver::{CudaError, DevSlice, DeviceBuffer, Event, Gpu, IpcMapping};
 use super::job::{ExecJob, JobConfig, JobModule, JobParam};
 use super::report::*;
@@ -360,16 +359,7 @@ fn member_status(f: RunnerFault, run_limit: Duration) -> Result<ExecStatus, Faul
 
 impl Harness {
     fn open() -> Result<Harness, String> {
-        if !super::driver::driver_present() {
-            return Err("libcuda not found: no NVIDIA driver on this machine".into());
-        }
-        let gpu = Gpu::open().map_err(|e| format!("no usable GPU: {e}"))?;
-        let (info, max_warps_per_sm) = device::describe(&gpu)?;
-        let arch = format!(
-            "sm_{}{}",
-            info.compute_capability.0, info.compute_capability.1
-        );
-        let support = Support::load(&gpu, &arch, info.sms)?;
+        let (gpu, info, max_warps_per_sm, support, _) = super::support::open_gpu()?;
         let clock = (
             gpu.event().map_err(|e| e.to_string())?,
             gpu.event().map_err(|e| e.to_string())?,

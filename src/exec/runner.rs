@@ -121,6 +121,17 @@ pub enum RunnerReply {
     Reset,
 }
 
+/// A launch's arguments as the driver takes them: buffer indices become those buffers'
+/// addresses (0 for an index out of range), values pass as they are.
+pub(crate) fn arg_bytes(args: &[RunArg], buffers: &[DeviceBuffer]) -> Vec<[u8; 8]> {
+    args.iter()
+        .map(|a| match a {
+            RunArg::Buffer { index } => buffers.get(*index).map_or(0u64, |b| b.ptr).to_le_bytes(),
+            RunArg::Value { bits } => bits.to_le_bytes(),
+        })
+        .collect()
+}
+
 /// The runner process's state. Every resource holds a handle on the context, so the context
 /// outlives them whatever the order; [`Drop`] scrubs the buffers before they are freed.
 struct RunnerState {
@@ -225,18 +236,7 @@ impl RunnerState {
                 name: "NO_FUNCTION".into(),
                 during: format!("launch {k}: no function {}", l.function),
             })?;
-            let mut args: Vec<[u8; 8]> = l
-                .args
-                .iter()
-                .map(|a| match a {
-                    RunArg::Buffer { index } => self
-                        .buffers
-                        .get(*index)
-                        .map_or(0u64, |b| b.ptr)
-                        .to_le_bytes(),
-                    RunArg::Value { bits } => bits.to_le_bytes(),
-                })
-                .collect();
+            let mut args = arg_bytes(&l.args, &self.buffers);
             driver::launch(f, l.grid, l.block, l.smem, stream, &mut args, || {
                 format!("launch {k} of the plan")
             })?;

@@ -8,6 +8,7 @@ use cudarc::driver::sys;
 
 use super::driver::{self, CudaError, DevSlice, DeviceBuffer, Gpu, Module};
 use super::job::Fill;
+use super::report::DeviceInfo;
 use super::values::{arg_f64, arg_i32, arg_u64};
 use crate::task::DType;
 
@@ -115,6 +116,23 @@ pub(crate) struct Support {
     max_blocks: u32,
     // Last: the functions above belong to it.
     _module: Module,
+}
+
+/// The first visible GPU, what it is, and the harness kernels compiled for its architecture
+/// (`sm_XY`, also returned): what the harness and [`super::DirectGpu`] start from. The error
+/// says why there is no GPU.
+pub(crate) fn open_gpu() -> Result<(Gpu, DeviceInfo, i32, Support, String), String> {
+    if !super::driver::driver_present() {
+        return Err("libcuda not found: no NVIDIA driver on this machine".into());
+    }
+    let gpu = Gpu::open().map_err(|e| format!("no usable GPU: {e}"))?;
+    let (info, max_warps_per_sm) = super::device::describe(&gpu)?;
+    let arch = format!(
+        "sm_{}{}",
+        info.compute_capability.0, info.compute_capability.1
+    );
+    let support = Support::load(&gpu, &arch, info.sms)?;
+    Ok((gpu, info, max_warps_per_sm, support, arch))
 }
 
 impl Support {

@@ -14,7 +14,7 @@ use crate::candidate::{Candidate, PlanLimits};
 use crate::compile::{CompileOutcome, Compiler};
 use crate::exec::{DirectGpu, ExecJob, JobParts, JobSide};
 use crate::inputs::{buffer_seed, HostInputs};
-use crate::task::{DType, Param, Task};
+use crate::task::{DType, Task};
 
 /// How to check.
 #[derive(Debug, Clone)]
@@ -138,17 +138,8 @@ impl TaskCheck {
 
 /// (name, dtype, is output) of each ABI buffer.
 fn buffers(task: &Task) -> Vec<(String, DType, bool)> {
-    task.params
-        .iter()
-        .filter_map(|p| match p {
-            Param::Buffer {
-                name,
-                direction,
-                dtype,
-                ..
-            } => Some((name.clone(), *dtype, direction.is_output())),
-            _ => None,
-        })
+    task.buffers()
+        .map(|b| (b.name.to_string(), b.dtype, b.direction.is_output()))
         .collect()
 }
 

@@ -50,38 +50,7 @@ impl BufferCompare {
     pub fn clean(&self) -> bool {
         self.mismatches == 0
     }
-}
 
-/// Compares two whole buffers of `dtype` (lengths must agree; extra bytes are ignored).
-pub fn compare(
-    buffer: &str,
-    dtype: DType,
-    got: &[u8],
-    want: &[u8],
-    tol: &Tolerance,
-) -> BufferCompare {
-    let w = dtype.size_bytes() as usize;
-    let n = got.len().min(want.len()) / w;
-    let mut c = BufferCompare {
-        buffer: buffer.to_string(),
-        elements: n as u64,
-        mismatches: 0,
-        first: None,
-        max_abs: 0.0,
-        max_rel: 0.0,
-    };
-    for i in 0..n {
-        c.add(
-            i as u64,
-            element_f64(dtype, got, i),
-            element_f64(dtype, want, i),
-            tol,
-        );
-    }
-    c
-}
-
-impl BufferCompare {
     pub(crate) fn empty(buffer: &str) -> BufferCompare {
         BufferCompare {
             buffer: buffer.to_string(),
@@ -108,4 +77,29 @@ impl BufferCompare {
             }
         }
     }
+}
+
+/// Compares two whole buffers of `dtype` (lengths must agree; extra bytes are ignored).
+pub fn compare(
+    buffer: &str,
+    dtype: DType,
+    got: &[u8],
+    want: &[u8],
+    tol: &Tolerance,
+) -> BufferCompare {
+    let w = dtype.size_bytes() as usize;
+    let n = got.len().min(want.len()) / w;
+    let mut c = BufferCompare {
+        elements: n as u64,
+        ..BufferCompare::empty(buffer)
+    };
+    for i in 0..n {
+        c.add(
+            i as u64,
+            element_f64(dtype, got, i),
+            element_f64(dtype, want, i),
+            tol,
+        );
+    }
+    c
 }

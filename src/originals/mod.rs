@@ -305,31 +305,23 @@ pub(crate) fn read_outputs(
     dir: &Path,
 ) -> Result<Vec<Option<Vec<u8>>>, OriginalError> {
     let mut out = Vec::new();
-    let buffers = task.params.iter().filter_map(|p| match p {
-        crate::task::Param::Buffer {
-            name,
-            direction,
-            dtype,
-            ..
-        } => Some((name, *direction, *dtype)),
-        _ => None,
-    });
-    for (i, (name, direction, dtype)) in buffers.enumerate() {
-        if !direction.is_output() {
+    for (i, b) in task.buffers().enumerate() {
+        let (name, dtype) = (b.name, b.dtype);
+        if !b.direction.is_output() {
             out.push(None);
             continue;
         }
         let path = dir.join(format!("out_{i}.bin"));
         let bytes = std::fs::read(&path).map_err(|e| OriginalError::Output {
             task: task.id.clone(),
-            buffer: name.clone(),
+            buffer: name.to_string(),
             reason: format!("{}: {e}", path.display()),
         })?;
         let want = inputs.values.lens[i] * dtype.size_bytes();
         if bytes.len() as u64 != want {
             return Err(OriginalError::Output {
                 task: task.id.clone(),
-                buffer: name.clone(),
+                buffer: name.to_string(),
                 reason: format!(
                     "{} bytes written, the config's buffer has {want} ({} elements of {dtype})",
                     bytes.len(),

@@ -13,31 +13,46 @@ use super::{
 };
 use crate::exec::ConfigValues;
 use crate::inputs::HostInputs;
-use crate::task::{DType, InputConfig, Param, Task};
+use crate::task::{BufferParam, InputConfig, Task};
 
 const DRIVER: &str = include_str!("driver.py");
 
-/// (name, dtype, shape) of each ABI buffer for a config; a buffer without `shape` is flat.
-fn buffer_shapes(task: &Task, cfg: &InputConfig) -> Result<Vec<(String, DType, Vec<i64>)>, String> {
+/// Each ABI buffer with its shape on a config; a buffer without `shape` is flat.
+fn buffer_shapes<'t>(
+    task: &'t Task,
+    cfg: &InputConfig,
+) -> Result<Vec<(BufferParam<'t>, Vec<i64>)>, String> {
     let lens = task.buffer_lens(cfg).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    let buffers = task.params.iter().filter_map(|p| match p {
-        Param::Buffer { name, shape, .. } => Some((name, shape)),
-        _ => None,
-    });
-    for ((name, shape), (_, dtype, len)) in buffers.zip(lens) {
-        let dims = if shape.is_empty() {
-            vec![len as i64]
-        } else {
-            shape
-                .iter()
-                .map(|d| d.eval_int(&cfg.sizes))
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("shape of `{name}`: {e}"))?
-        };
-        out.push((name.clone(), dtype, dims));
-    }
-    Ok(out)
+    task.buffers()
+        .zip(lens)
+        .map(|(b, (_, _, len))| {
+            let dims = if b.shape.is_empty() {
+                vec![len as i64]
+            } else {
+                b.shape
+                    .iter()
+                    .map(|d| d.eval_int(&cfg.sizes))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| format!("shape of `{}`: {e}", b.name))?
+            };
+            Ok((b, dims))
+        })
+        .collect()
+}
+
+/// `python driver.py spec.json`, both written into `dir`.
+fn driver_command(
+    python: &str,
+    dir: &Path,
+    spec: &serde_json::Value,
+) -> Result<Command, OriginalError> {
+    let spec_path = dir.join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).map_err(|e| io_error(&spec_path, e))?;
+    let driver = dir.join("driver.py");
+    std::fs::write(&driver, DRIVER).map_err(|e| io_error(&driver, e))?;
+    let mut cmd = Command::new(python);
+    cmd.arg(&driver).arg(&spec_path);
+    Ok(cmd)
 }
 
 fn module_path(task: &Task, engine: Engine) -> Result<std::path::PathBuf, OriginalError> {
@@ -85,16 +100,15 @@ pub(super) fn run(
     let file = |kind: &str, i: usize| dir.join(format!("{kind}_{i}.bin"));
     let mut ins = Vec::new();
     let mut outs = Vec::new();
-    let dirs = task.params.iter().filter_map(|p| match p {
-        Param::Buffer { direction, .. } => Some(*direction),
-        _ => None,
-    });
-    for (i, ((name, dtype, shape), direction)) in shapes.iter().zip(dirs).enumerate() {
-        if direction.is_input() {
-            ins.push(json!({"name": name, "file": file("in", i), "dtype": dtype.as_str(), "shape": shape}));
+    for (i, (b, shape)) in shapes.iter().enumerate() {
+        let (name, dtype) = (b.name, b.dtype.as_str());
+        if b.direction.is_input() {
+            ins.push(json!({"name": name, "file": file("in", i), "dtype": dtype, "shape": shape}));
         }
-        if direction.is_output() {
-            outs.push(json!({"name": name, "file": file("out", i), "dtype": dtype.as_str(), "shape": shape}));
+        if b.direction.is_output() {
+            outs.push(
+                json!({"name": name, "file": file("out", i), "dtype": dtype, "shape": shape}),
+            );
         }
     }
     let spec = json!({
@@ -105,12 +119,7 @@ pub(super) fn run(
         "outputs": outs,
     });
     write_inputs(inputs, dir)?;
-    let spec_path = dir.join("spec.json");
-    std::fs::write(&spec_path, spec.to_string()).map_err(|e| io_error(&spec_path, e))?;
-    let driver = dir.join("driver.py");
-    std::fs::write(&driver, DRIVER).map_err(|e| io_error(&driver, e))?;
-    let mut cmd = Command::new(python);
-    cmd.arg(&driver).arg(&spec_path);
+    let cmd = driver_command(python, dir, &spec)?;
     let failed = |reason: String| OriginalError::Run {
         task: task.id.clone(),
         engine,
@@ -161,9 +170,9 @@ pub fn torch_eager_ms(
         let ins: Vec<_> = shapes
             .iter()
             .zip(&values.fills)
-            .filter_map(|((name, dtype, shape), f)| {
+            .filter_map(|((b, shape), f)| {
                 f.as_ref().map(|f| {
-                    json!({"name": name, "dtype": dtype.as_str(), "shape": shape,
+                    json!({"name": b.name, "dtype": b.dtype.as_str(), "shape": shape,
                            "fill": {"mode": f.mode, "a": f.a, "b": f.b}})
                 })
             })
@@ -179,12 +188,7 @@ pub fn torch_eager_ms(
     }
     let dir = super::ScratchDir::new("torch-eager")?;
     let spec = json!({"mode": "time_many", "items": specs});
-    let spec_path = dir.path().join("spec.json");
-    std::fs::write(&spec_path, spec.to_string()).map_err(|e| io_error(&spec_path, e))?;
-    let driver = dir.path().join("driver.py");
-    std::fs::write(&driver, DRIVER).map_err(|e| io_error(&driver, e))?;
-    let mut cmd = Command::new("python3");
-    cmd.arg(&driver).arg(&spec_path);
+    let cmd = driver_command("python3", dir.path(), &spec)?;
     let whole = |reason: String| OriginalError::Run {
         task: "(torch-eager)".into(),
         engine: Engine::Torch,

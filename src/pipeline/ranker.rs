@@ -122,10 +122,7 @@ impl RankerState {
         let cand = features_from(
             input.features,
             input.tree,
-            timed
-                .as_ref()
-                .map(|t| t.input(task, source, input.tree))
-                .as_ref(),
+            timed.as_ref().map(|t| t.input(task, source)).as_ref(),
             names,
         )
         .and_then(|f| ranker.score(&f))
@@ -182,24 +179,16 @@ enum CandidatePlan<'a> {
 }
 
 impl CandidatePlan<'_> {
-    fn input<'t>(
-        &'t self,
-        task: &'t Task,
-        source: &'t str,
-        tree: Option<&'t SourceTree>,
-    ) -> LaunchInput<'t> {
+    fn input<'t>(&'t self, task: &'t Task, source: &'t str) -> LaunchInput<'t> {
         match self {
             CandidatePlan::Borrowed(config, plan) => LaunchInput {
                 task,
                 config: &task.configs[*config],
                 plan,
                 source,
-                tree,
+                tree: None,
             },
-            CandidatePlan::Owned(t) => LaunchInput {
-                tree,
-                ..t.input(task, source)
-            },
+            CandidatePlan::Owned(t) => t.input(task, source),
         }
     }
 }

@@ -141,7 +141,12 @@ pub fn features_from(
             what: "the ranker input".into(),
             reason: "the model uses launch_* features but no resolved launch plan was given".into(),
         })?;
-        v.extend(launch_features(input, features, "the ranker input")?);
+        // The warp probe reads the same parse as the n-grams (parsed again only without it).
+        let input = LaunchInput {
+            tree: input.tree.or(source),
+            ..*input
+        };
+        v.extend(launch_features(&input, features, "the ranker input")?);
     }
     if set.ngram_buckets > 0 {
         v.extend(match source {

@@ -37,7 +37,7 @@
 //! | `launch_sector_excess_mean` | mean over the probed global accesses of `ln(sectors / fewest sectors)` for the probed lanes (0: every access coalesced) |
 //! | `launch_sector_excess_max` | the largest of them (`ln 8 ≈ 2.08`: 8 four-byte lanes in 8 sectors instead of 1) |
 //!
-//! The sector counts come from [`probe_warp`]: the kernel's integer index arithmetic run for
+//! The sector counts come from [`WarpProbe`]: the kernel's integer index arithmetic run for
 //! the first 8 lanes of a warp of the middle block with the launch's real grid, block and
 //! scalar arguments, which sees through the `%` and `/` of multi-dimensional thread mappings
 //! that the symbolic access classes leave `unknown`.
@@ -52,7 +52,7 @@
 //! [`SyncFeatures`]: crate::analysis::SyncFeatures
 
 use super::error::{RankerError, Result};
-use crate::analysis::{probe_warp, Features, KernelFeatures, ProbeArg, SourceTree};
+use crate::analysis::{Features, KernelFeatures, ProbeArg, SourceTree, WarpProbe};
 use crate::candidate::{kernel_params, Candidate, PlanLimits, ResolvedArg, ResolvedPlan};
 use crate::pipeline::timing_config;
 use crate::task::{InputConfig, Param, Task};
@@ -228,9 +228,10 @@ pub fn launch_features_named(
             parsed.as_ref()
         }
     };
+    let probe = tree.map(WarpProbe::new);
     let (mut excess_sum, mut excess_n, mut excess_max) = (0.0f64, 0usize, 0.0f64);
     for (li, l) in plan.launches.iter().enumerate() {
-        if let Some(tree) = tree {
+        if let Some(probe) = &probe {
             let args: Vec<ProbeArg> = l
                 .args
                 .iter()
@@ -246,7 +247,7 @@ pub fn launch_features_named(
                     ResolvedArg::Int { value } => ProbeArg::Int(i64::from(value)),
                 })
                 .collect();
-            for a in probe_warp(tree, &l.kernel, l.grid, l.block, &args) {
+            for a in probe.run(&l.kernel, l.grid, l.block, &args) {
                 let e = (f64::from(a.sectors) / f64::from(a.ideal.max(1)))
                     .max(1.0)
                     .ln();
