@@ -6,6 +6,9 @@
 //! 2. set A again, members only, on fresh poison: must agree with their first run (races,
 //!    first-call-only work) and with the reference;
 //! 3. set B: must match again, and a member's output must change when the reference's does.
+//!
+//! The comparisons of a step are enqueued together ([`Batch`]) and waited for once; those
+//! against the same outputs share one launch per buffer.
 
 use super::driver::DevSlice;
 use super::harness::{
@@ -18,133 +21,152 @@ use super::timing::{derive_seed, domain};
 use super::values::element_value;
 use crate::task::Direction;
 
+/// Comparisons and input verifications to enqueue together and wait for once.
+#[derive(Default)]
+pub(crate) struct Batch {
+    /// (got, want, NaN equals NaN, exact): every output buffer of `got` against `want`'s.
+    compares: Vec<(Vec<DevSlice>, Vec<DevSlice>, bool, bool)>,
+    /// (buffers, input set): every `in` buffer against the set generated for that seed.
+    verifies: Vec<(Vec<DevSlice>, u64)>,
+}
+
+/// What a [`Batch`] found, entry by entry in the order they were added.
+pub(crate) struct Found {
+    /// Per comparison: the totals over the output buffers, and the first differing element.
+    pub compares: Vec<(Stats, Option<Mismatch>)>,
+    /// Per verification: elements that differ from the input set.
+    pub verifies: Vec<Stats>,
+}
+
+impl Batch {
+    /// Adds a comparison of `got`'s outputs with `want`'s; returns its index in [`Found`].
+    pub fn compare(
+        &mut self,
+        got: Vec<DevSlice>,
+        want: Vec<DevSlice>,
+        nan_equal: bool,
+        exact: bool,
+    ) -> usize {
+        self.compares.push((got, want, nan_equal, exact));
+        self.compares.len() - 1
+    }
+
+    /// Adds a verification of `bufs`' inputs against input set `seed`; returns its index.
+    pub fn verify(&mut self, bufs: Vec<DevSlice>, seed: u64) -> usize {
+        self.verifies.push((bufs, seed));
+        self.verifies.len() - 1
+    }
+}
+
 fn random_inputs(c: &JobConfig) -> bool {
     c.fills.iter().flatten().any(|f| f.random)
 }
 
 impl Harness {
-    /// Compares every output of `got` with `want`, buffer by buffer (waits).
-    pub(crate) fn compare_outputs(
+    /// Enqueues every entry of `batch`, waits once, and reads what each found.
+    pub(crate) fn check_batch(
         &self,
         st: &mut JobState,
         c: &JobConfig,
-        slots: &StatsSlots,
-        (got, want): (&[DevSlice], &[DevSlice]),
-        nan_equal: bool,
-        exact: bool,
-    ) -> Run<(Stats, Option<Mismatch>)> {
+        mem: &ConfigMemory,
+        batch: &Batch,
+    ) -> Run<Found> {
         let job = st.job;
-        let tol = if exact {
-            (0.0, 0.0)
-        } else {
-            (job.tolerance.atol, job.tolerance.rtol)
-        };
+        let stream = self.gpu.stream();
         let outputs: Vec<usize> = (0..job.buffers.len())
             .filter(|&i| job.buffers[i].direction.is_output())
             .collect();
+        let inputs: Vec<usize> = (0..job.buffers.len())
+            .filter(|&i| job.buffers[i].direction == Direction::In && c.fills[i].is_some())
+            .collect();
+        let nc = batch.compares.len() * outputs.len();
+        let slots = ours(StatsSlots::new(&self.gpu, nc + batch.verifies.len()))?;
         ours(slots.reset())?;
         self.clock_start()?;
-        for (s, &i) in outputs.iter().enumerate() {
-            let b = &job.buffers[i];
-            ours(self.support.compare(
-                got[i],
-                want[i],
-                b.dtype,
-                c.lens[i],
-                tol,
-                nan_equal,
-                slots.slot(s),
-                self.gpu.stream(),
-            ))?;
-        }
-        self.clock_stop_sync(st, "comparing outputs")?;
-        let stats = ours(slots.read())?;
-        let mut total = Stats::default();
-        let mut first = None;
-        for (s, &i) in outputs.iter().enumerate() {
-            let one = stats[s];
-            if first.is_none() {
-                if let Some(idx) = one.first_index {
-                    let b = &job.buffers[i];
-                    let size = b.dtype.size_bytes() as usize;
-                    let off = idx as usize * size;
-                    first = Some(Mismatch {
-                        buffer: b.name.clone(),
-                        index: idx,
-                        got: element_value(b.dtype, &ours(got[i].read(off, size))?),
-                        want: element_value(b.dtype, &ours(want[i].read(off, size))?),
-                    });
-                }
+        // Comparisons against the same buffers with the same rule share a launch.
+        let mut done = vec![false; batch.compares.len()];
+        for e in 0..batch.compares.len() {
+            if done[e] {
+                continue;
             }
-            total.merge(&one);
-        }
-        Ok((total, first))
-    }
-
-    /// Enqueues the verification of a member's `in` buffers against input set `seed`.
-    pub(crate) fn enqueue_verify(
-        &self,
-        st: &JobState,
-        c: &JobConfig,
-        bufs: &[DevSlice],
-        seed: u64,
-        slot: DevSlice,
-    ) -> Run<()> {
-        for (i, b) in st.job.buffers.iter().enumerate() {
-            if let (Direction::In, Some(f)) = (b.direction, &c.fills[i]) {
-                ours(self.support.verify(
-                    bufs[i],
-                    b.dtype,
-                    c.lens[i],
-                    super::harness::buffer_seed(seed, i),
-                    f,
-                    slot,
-                    self.gpu.stream(),
-                ))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Enqueues the comparison of a member's outputs with the reference's into one slot.
-    pub(crate) fn enqueue_compare(
-        &self,
-        st: &JobState,
-        c: &JobConfig,
-        (got, want): (&[DevSlice], &[DevSlice]),
-        slot: DevSlice,
-    ) -> Run<()> {
-        for (i, b) in st.job.buffers.iter().enumerate() {
-            if b.direction.is_output() {
+            let (_, want, nan_equal, exact) = &batch.compares[e];
+            let same: Vec<usize> = (e..batch.compares.len())
+                .filter(|&f| {
+                    let (_, w, n, x) = &batch.compares[f];
+                    !done[f] && w == want && n == nan_equal && x == exact
+                })
+                .collect();
+            let tol = if *exact {
+                (0.0, 0.0)
+            } else {
+                (job.tolerance.atol, job.tolerance.rtol)
+            };
+            for (s, &i) in outputs.iter().enumerate() {
+                let targets: Vec<(DevSlice, DevSlice)> = same
+                    .iter()
+                    .map(|&f| (batch.compares[f].0[i], slots.slot(f * outputs.len() + s)))
+                    .collect();
+                let b = &job.buffers[i];
                 ours(self.support.compare(
-                    got[i],
-                    want[i],
-                    b.dtype,
-                    c.lens[i],
-                    (st.job.tolerance.atol, st.job.tolerance.rtol),
-                    false,
-                    slot,
-                    self.gpu.stream(),
+                    &targets, want[i], b.dtype, c.lens[i], tol, *nan_equal, stream,
                 ))?;
             }
+            for f in same {
+                done[f] = true;
+            }
         }
-        Ok(())
-    }
-
-    /// Whether a member's `in` buffers differ from input set `seed` (waits).
-    fn inputs_modified(
-        &self,
-        st: &mut JobState,
-        c: &JobConfig,
-        slots: &StatsSlots,
-        bufs: &[DevSlice],
-        seed: u64,
-    ) -> Run<bool> {
-        ours(slots.reset())?;
-        self.clock_start()?;
-        self.enqueue_verify(st, c, bufs, seed, slots.slot(0))?;
-        self.clock_stop_sync(st, "verifying inputs")?;
-        Ok(ours(slots.read())?[0].mismatches > 0)
+        // Verifications, one input set at a time (each generated before its launches).
+        let mut seeds: Vec<u64> = batch.verifies.iter().map(|v| v.1).collect();
+        seeds.dedup();
+        for seed in seeds {
+            self.generate(st, c, mem, seed)?;
+            for &i in &inputs {
+                let Some(Some(pristine)) = mem.pristine.get(i) else {
+                    continue;
+                };
+                let targets: Vec<(DevSlice, DevSlice)> = batch
+                    .verifies
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.1 == seed)
+                    .map(|(k, v)| (v.0[i], slots.slot(nc + k)))
+                    .collect();
+                let b = &job.buffers[i];
+                ours(
+                    self.support
+                        .verify(&targets, pristine.slice(), b.dtype, c.lens[i], stream),
+                )?;
+            }
+        }
+        self.clock_stop_sync(st, "checking outputs and inputs")?;
+        let stats = ours(slots.read())?;
+        let mut compares = Vec::with_capacity(batch.compares.len());
+        for (e, (got, want, _, _)) in batch.compares.iter().enumerate() {
+            let mut total = Stats::default();
+            let mut first = None;
+            for (s, &i) in outputs.iter().enumerate() {
+                let one = stats[e * outputs.len() + s];
+                if first.is_none() {
+                    if let Some(idx) = one.first_index {
+                        let b = &job.buffers[i];
+                        let size = b.dtype.size_bytes() as usize;
+                        let off = idx as usize * size;
+                        first = Some(Mismatch {
+                            buffer: b.name.clone(),
+                            index: idx,
+                            got: element_value(b.dtype, &ours(got[i].read(off, size))?),
+                            want: element_value(b.dtype, &ours(want[i].read(off, size))?),
+                        });
+                    }
+                }
+                total.merge(&one);
+            }
+            compares.push((total, first));
+        }
+        Ok(Found {
+            compares,
+            verifies: stats[nc..].to_vec(),
+        })
     }
 
     /// Runs every active member once; returns the members that ran.
@@ -168,7 +190,6 @@ impl Harness {
         plans: &ConfigPlans,
     ) -> Run<()> {
         let job = st.job;
-        let slots = self.slots(job.buffers.len().max(1))?;
         let mut checks: Vec<ConfigCheck> = (0..job.candidates.len())
             .map(|_| ConfigCheck {
                 config: c.name.clone(),
@@ -197,6 +218,10 @@ impl Harness {
         let seed_b = derive_seed(job.seed, domain::SET_B, k as u64);
         let members_of =
             |st: &JobState| -> Vec<Who> { st.active().into_iter().map(Who::Member).collect() };
+        let own = |i: usize| {
+            mem.side(Who::Member(i))
+                .map(|s| (s.slices(), s.saved_slices()))
+        };
 
         // Set A: the reference once, every member once.
         let mut sides = vec![Who::Reference];
@@ -204,21 +229,27 @@ impl Harness {
         self.prepare(st, c, mem, &sides, seed_a)?;
         self.run(st, Who::Reference, &plans.reference, false)?;
         let mut again_ref = vec![0u64; job.candidates.len()];
-        for i in self.run_members(st, &plans.members)? {
-            let Some(side) = mem.side(Who::Member(i)) else {
-                continue;
-            };
-            let own = side.slices();
-            let (s, first) =
-                self.compare_outputs(st, c, &slots, (&own, &reference), false, false)?;
-            let ch = &mut checks[i];
+        let ran: Vec<(usize, Vec<DevSlice>, Vec<DevSlice>)> = self
+            .run_members(st, &plans.members)?
+            .into_iter()
+            .filter_map(|i| own(i).map(|(live, saved)| (i, live, saved)))
+            .collect();
+        let mut batch = Batch::default();
+        for (_, live, _) in &ran {
+            batch.compare(live.clone(), reference.clone(), false, false);
+            batch.verify(live.clone(), seed_a);
+        }
+        let found = self.check_batch(st, c, mem, &batch)?;
+        for (k, (i, live, saved)) in ran.iter().enumerate() {
+            let (s, first) = &found.compares[k];
+            let ch = &mut checks[*i];
             ch.mismatches = s.mismatches;
             ch.unwritten = s.unwritten;
             ch.max_abs_err = s.max_abs;
             ch.max_rel_err = s.max_rel;
-            ch.first_mismatch = first;
-            ch.inputs_modified = self.inputs_modified(st, c, &slots, &own, seed_a)?;
-            for (saved, live) in side.saved_slices().iter().zip(&own) {
+            ch.first_mismatch = first.clone();
+            ch.inputs_modified = found.verifies[k].mismatches > 0;
+            for (saved, live) in saved.iter().zip(live) {
                 if saved != live {
                     ours(saved.copy_from(*live, self.gpu.stream()))?;
                 }
@@ -227,17 +258,22 @@ impl Harness {
         // Set A again, members only, on fresh poison: races and first-call-only work.
         let members = members_of(st);
         self.prepare(st, c, mem, &members, seed_a)?;
-        for i in self.run_members(st, &plans.members)? {
-            let Some(side) = mem.side(Who::Member(i)) else {
-                continue;
-            };
-            let own = side.slices();
-            let (again, _) =
-                self.compare_outputs(st, c, &slots, (&own, &side.saved_slices()), true, false)?;
-            checks[i].nondeterministic = again.mismatches > 0;
-            let (r, _) = self.compare_outputs(st, c, &slots, (&own, &reference), false, false)?;
-            again_ref[i] = r.mismatches;
-            checks[i].inputs_modified |= self.inputs_modified(st, c, &slots, &own, seed_a)?;
+        let ran: Vec<(usize, Vec<DevSlice>, Vec<DevSlice>)> = self
+            .run_members(st, &plans.members)?
+            .into_iter()
+            .filter_map(|i| own(i).map(|(live, saved)| (i, live, saved)))
+            .collect();
+        let mut batch = Batch::default();
+        for (_, live, saved) in &ran {
+            batch.compare(live.clone(), saved.clone(), true, false);
+            batch.compare(live.clone(), reference.clone(), false, false);
+            batch.verify(live.clone(), seed_a);
+        }
+        let found = self.check_batch(st, c, mem, &batch)?;
+        for (k, (i, _, _)) in ran.iter().enumerate() {
+            checks[*i].nondeterministic = found.compares[2 * k].0.mismatches > 0;
+            again_ref[*i] = found.compares[2 * k + 1].0.mismatches;
+            checks[*i].inputs_modified |= found.verifies[k].mismatches > 0;
         }
         // Set B: must match again, and must change when the reference changes.
         let mut b_mismatches = vec![0u64; job.candidates.len()];
@@ -246,27 +282,33 @@ impl Harness {
             sides.extend(members_of(st));
             self.prepare(st, c, mem, &sides, seed_b)?;
             self.run(st, Who::Reference, &plans.reference, false)?;
-            for i in self.run_members(st, &plans.members)? {
-                let Some(side) = mem.side(Who::Member(i)) else {
-                    continue;
-                };
-                let own = side.slices();
-                let saved = side.saved_slices();
-                let (sb, fb) =
-                    self.compare_outputs(st, c, &slots, (&own, &reference), false, false)?;
-                let ch = &mut checks[i];
-                b_mismatches[i] = sb.mismatches;
+            let ran: Vec<(usize, Vec<DevSlice>, Vec<DevSlice>)> = self
+                .run_members(st, &plans.members)?
+                .into_iter()
+                .filter_map(|i| own(i).map(|(live, saved)| (i, live, saved)))
+                .collect();
+            let mut batch = Batch::default();
+            for (_, live, saved) in &ran {
+                batch.compare(live.clone(), reference.clone(), false, false);
+                batch.compare(live.clone(), saved.clone(), true, true);
+                batch.compare(reference.clone(), saved.clone(), true, false);
+                batch.verify(live.clone(), seed_b);
+            }
+            let found = self.check_batch(st, c, mem, &batch)?;
+            for (k, (i, _, _)) in ran.iter().enumerate() {
+                let (sb, fb) = &found.compares[3 * k];
+                let ch = &mut checks[*i];
+                b_mismatches[*i] = sb.mismatches;
                 ch.unwritten = ch.unwritten.max(sb.unwritten);
                 ch.max_abs_err = ch.max_abs_err.max(sb.max_abs);
                 ch.max_rel_err = ch.max_rel_err.max(sb.max_rel);
                 if ch.first_mismatch.is_none() {
-                    ch.first_mismatch = fb;
+                    ch.first_mismatch = fb.clone();
                 }
-                checks[i].inputs_modified |= self.inputs_modified(st, c, &slots, &own, seed_b)?;
-                let (same, _) = self.compare_outputs(st, c, &slots, (&own, &saved), true, true)?;
-                let (changed, _) =
-                    self.compare_outputs(st, c, &slots, (&reference, &saved), true, false)?;
-                checks[i].input_independent = same.mismatches == 0 && changed.mismatches > 0;
+                ch.inputs_modified |= found.verifies[k].mismatches > 0;
+                let same = &found.compares[3 * k + 1].0;
+                let changed = &found.compares[3 * k + 2].0;
+                ch.input_independent = same.mismatches == 0 && changed.mismatches > 0;
             }
         }
         for i in st.active() {

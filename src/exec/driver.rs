@@ -463,6 +463,24 @@ pub fn launch(
         .iter_mut()
         .map(|a| a.as_mut_ptr() as *mut c_void)
         .collect();
+    // SAFETY: every pointer is to an 8-byte argument slot that lives until the call returns.
+    unsafe { launch_params(f, grid, block, smem, stream, &mut ptrs, what) }
+}
+
+/// Launches `f` with one pointer per kernel parameter (for parameters wider than 8 bytes).
+///
+/// # Safety
+/// Each pointer must point at a value laid out as the kernel's parameter at that position,
+/// valid until this returns (the driver copies the values at launch).
+pub unsafe fn launch_params(
+    f: sys::CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    stream: sys::CUstream,
+    ptrs: &mut [*mut c_void],
+    what: impl FnOnce() -> String,
+) -> Result<(), CudaError> {
     if smem > 48 * 1024 {
         // SAFETY: valid function; the driver checks the value against the device limit.
         unsafe {
@@ -480,8 +498,7 @@ pub fn launch(
             )
         })?;
     }
-    // SAFETY: args hold values of the kernel's parameter sizes (little-endian, padded to 8
-    // bytes); the driver copies them at launch.
+    // SAFETY: the caller's contract: the pointers are the kernel's parameters.
     unsafe {
         result::launch_kernel(
             f,
@@ -489,7 +506,7 @@ pub fn launch(
             (block[0], block[1], block[2]),
             smem,
             stream,
-            &mut ptrs,
+            ptrs,
         )
     }
     .during(what)

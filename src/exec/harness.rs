@@ -20,7 +20,7 @@ use super::driver::{CudaError, DevSlice, DeviceBuffer, Event, Gpu, IpcMapping};
 use super::job::{ExecJob, JobConfig, JobModule, JobParam};
 use super::report::*;
 use super::runner::{RunArg, RunLaunch, RunnerClient, RunnerFault};
-use super::support::{StatsSlots, Support};
+use super::support::Support;
 use super::values::{arg_i32, scalar_arg};
 use crate::candidate::{ResolvedArg, ResolvedPlan};
 use crate::sandbox::{Handled, Handler};
@@ -144,6 +144,11 @@ pub(crate) struct ConfigMemory {
     pub reference: SideMemory,
     /// Per member (`None` for members no longer running).
     pub members: Vec<Option<SideMemory>>,
+    /// Per ABI buffer with a fill, the input set generated once here (harness-owned, out of
+    /// every runner's reach): sides get copies of it, and their inputs are verified against it.
+    pub pristine: Vec<Option<DeviceBuffer>>,
+    /// The input set `pristine` holds now.
+    pub pristine_seed: std::cell::Cell<Option<u64>>,
 }
 
 impl ConfigMemory {
@@ -327,6 +332,17 @@ fn output_bytes(job: &ExecJob, c: &JobConfig) -> u64 {
         .zip(&c.lens)
         .filter(|(b, _)| b.direction.is_output())
         .map(|(b, n)| n * b.dtype.size_bytes())
+        .sum()
+}
+
+/// Bytes of the input set the harness generates once per run (its `pristine` copy).
+fn generated_bytes(job: &ExecJob, c: &JobConfig) -> u64 {
+    job.buffers
+        .iter()
+        .zip(&c.lens)
+        .zip(&c.fills)
+        .filter(|(_, f)| f.is_some())
+        .map(|((b, n), _)| n * b.dtype.size_bytes())
         .sum()
 }
 
@@ -560,7 +576,8 @@ impl Harness {
             // Members whose memory would not fit are an invalid launch; the rest go on.
             let mut need = side_bytes(job, c, &c.reference, &job.reference.scratch)
                 .iter()
-                .sum::<u64>();
+                .sum::<u64>()
+                + generated_bytes(job, c);
             for i in st.active() {
                 let own: u64 = side_bytes(job, c, &c.candidates[i], &job.candidates[i].scratch)
                     .iter()
@@ -680,7 +697,28 @@ impl Harness {
                 }
             }
         }
-        Ok(ConfigMemory { reference, members })
+        let pristine = job
+            .buffers
+            .iter()
+            .zip(&c.fills)
+            .zip(&c.lens)
+            .map(|((b, f), n)| {
+                f.as_ref()
+                    .map(|_| {
+                        ours(self.gpu.alloc(
+                            (n * b.dtype.size_bytes()) as usize,
+                            &format!("generated inputs `{}`", b.name),
+                        ))
+                    })
+                    .transpose()
+            })
+            .collect::<Run<Vec<_>>>()?;
+        Ok(ConfigMemory {
+            reference,
+            members,
+            pristine,
+            pristine_seed: std::cell::Cell::new(None),
+        })
     }
 
     fn map_side(
@@ -727,7 +765,29 @@ impl Harness {
         Ok(())
     }
 
-    /// Writes input set `seed` into the sides and poisons their outputs; waits.
+    /// Makes `mem`'s generated inputs hold input set `seed` (enqueued).
+    pub fn generate(&self, st: &JobState, c: &JobConfig, mem: &ConfigMemory, seed: u64) -> Run<()> {
+        if mem.pristine_seed.get() == Some(seed) {
+            return Ok(());
+        }
+        for (i, b) in st.job.buffers.iter().enumerate() {
+            if let (Some(f), Some(Some(dst))) = (&c.fills[i], mem.pristine.get(i)) {
+                ours(self.support.fill(
+                    dst.slice(),
+                    b.dtype,
+                    c.lens[i],
+                    buffer_seed(seed, i),
+                    f,
+                    self.gpu.stream(),
+                ))?;
+            }
+        }
+        mem.pristine_seed.set(Some(seed));
+        Ok(())
+    }
+
+    /// Writes input set `seed` into the sides and poisons their outputs; waits. The set is
+    /// generated once and copied into every side.
     pub fn prepare(
         &self,
         st: &mut JobState,
@@ -738,22 +798,28 @@ impl Harness {
     ) -> Run<()> {
         let stream = self.gpu.stream();
         self.clock_start()?;
-        for &who in sides {
-            let Some(side) = mem.side(who) else { continue };
-            let bufs = side.slices();
-            for (i, b) in st.job.buffers.iter().enumerate() {
-                match (&c.fills[i], b.direction) {
-                    (Some(f), _) => ours(self.support.fill(
-                        bufs[i],
-                        b.dtype,
-                        c.lens[i],
-                        buffer_seed(seed, i),
-                        f,
+        self.generate(st, c, mem, seed)?;
+        let bufs: Vec<Vec<DevSlice>> = sides
+            .iter()
+            .filter_map(|&who| mem.side(who).map(SideMemory::slices))
+            .collect();
+        for (i, b) in st.job.buffers.iter().enumerate() {
+            match (&mem.pristine[i], b.direction) {
+                (Some(src), _) => {
+                    let dsts: Vec<DevSlice> = bufs.iter().map(|s| s[i]).collect();
+                    ours(self.support.copy_to(
+                        src.slice(),
+                        &dsts,
+                        c.lens[i] * b.dtype.size_bytes(),
                         stream,
-                    ))?,
-                    (None, Direction::Out) => ours(bufs[i].memset(0xFF, stream))?,
-                    (None, _) => {}
+                    ))?;
                 }
+                (None, Direction::Out) => {
+                    for s in &bufs {
+                        ours(s[i].memset(0xFF, stream))?;
+                    }
+                }
+                (None, _) => {}
             }
         }
         self.clock_stop_sync(st, "preparing inputs")
@@ -819,11 +885,6 @@ impl Harness {
                 }
             }
         }
-    }
-
-    /// Statistics slots for a job's checks in flight.
-    pub fn slots(&self, n: usize) -> Run<StatsSlots> {
-        ours(StatsSlots::new(&self.gpu, n))
     }
 }
 

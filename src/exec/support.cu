@@ -89,74 +89,155 @@ __device__ __forceinline__ void atomic_max_bits(unsigned long long* p, double v)
     if (v > 0.0) atomicMax(p, (unsigned long long)__double_as_longlong(v));
 }
 
+// Up to MAX_TARGETS buffers that one launch works on, each with its statistics slot. The
+// launch's blocks are dealt round-robin over the targets, so the blocks that read a chunk
+// of the shared source (the pristine inputs, the reference's outputs) run together and
+// the chunk is read from DRAM once and from L2 by the others.
+#define MAX_TARGETS 32
+struct Targets {
+    unsigned long long ptr[MAX_TARGETS];
+    unsigned long long slot[MAX_TARGETS];
+    int count;
+};
+
+struct Part {
+    int who;                          // target index
+    unsigned long long first, step;   // first work item of this thread, stride
+};
+
+__device__ __forceinline__ Part part_of(const Targets& t) {
+    Part p;
+    p.who = blockIdx.x % t.count;
+    unsigned long long parts = gridDim.x / t.count;
+    p.first = (unsigned long long)(blockIdx.x / t.count) * blockDim.x + threadIdx.x;
+    p.step = parts * blockDim.x;
+    return p;
+}
+
+// 16-byte chunks of n elements of T both buffers can be read in (0 when either is not
+// 16-byte aligned: then every element goes through the scalar tail).
 template <typename T>
-__device__ void compare(const T* got, const T* want, unsigned long long n, double atol, double rtol,
-                        int nan_equal, CompareStats* st) {
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+__device__ __forceinline__ unsigned long long chunks_of(const void* a, const void* b, unsigned long long n) {
+    if (((unsigned long long)a | (unsigned long long)b) & 15ULL) return 0;
+    return n * sizeof(T) / 16;
+}
+
+__device__ __forceinline__ bool same_chunk(uint4 x, uint4 y) {
+    return x.x == y.x && x.y == y.y && x.z == y.z && x.w == y.w;
+}
+
+// Writes `bytes` of `src` into every target.
+extern "C" __global__ void copy_fanout(Targets t, const unsigned char* src, unsigned long long bytes) {
+    Part p = part_of(t);
+    unsigned char* dst = reinterpret_cast<unsigned char*>(t.ptr[p.who]);
+    unsigned long long chunks = (((unsigned long long)dst | (unsigned long long)src) & 15ULL) ? 0 : bytes / 16;
+    const uint4* s4 = reinterpret_cast<const uint4*>(src);
+    uint4* d4 = reinterpret_cast<uint4*>(dst);
+    for (unsigned long long c = p.first; c < chunks; c += p.step) d4[c] = s4[c];
+    for (unsigned long long i = chunks * 16 + p.first; i < bytes; i += p.step) dst[i] = src[i];
+}
+
+struct Tally {
     unsigned long long mism = 0, unwr = 0, first = ~0ULL, nonfin = 0;
     double max_abs = 0.0, max_rel = 0.0;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        T gr = got[i], wr = want[i];
-        double g = to_double(gr), w = to_double(wr);
-        bool ok;
-        if (isnan(w) || isnan(g)) {
-            ok = isnan(w) && isnan(g) && (nan_equal || !is_poison(gr) || is_poison(wr));
-        } else if (isinf(w) || isinf(g)) {
-            ok = g == w;
-        } else {
-            double d = fabs(g - w);
-            ok = d <= atol + rtol * fabs(w);
-            max_abs = fmax(max_abs, d);
-            if (w != 0.0) max_rel = fmax(max_rel, d / fabs(w));
-        }
-        if (!ok) {
-            mism++;
-            if (i < first) first = i;
-            if (!(isfinite(g) && isfinite(w))) nonfin++;
-        }
-        if (is_poison(gr) && !is_poison(wr)) unwr++;
+};
+
+// One element of a comparison (elements with identical bits never get here: they agree).
+template <typename T>
+__device__ __forceinline__ void compare_one(T gr, T wr, unsigned long long i, double atol, double rtol,
+                                            int nan_equal, Tally& y) {
+    double g = to_double(gr), w = to_double(wr);
+    bool ok;
+    if (isnan(w) || isnan(g)) {
+        ok = isnan(w) && isnan(g) && (nan_equal || !is_poison(gr) || is_poison(wr));
+    } else if (isinf(w) || isinf(g)) {
+        ok = g == w;
+    } else {
+        double d = fabs(g - w);
+        ok = d <= atol + rtol * fabs(w);
+        y.max_abs = fmax(y.max_abs, d);
+        if (w != 0.0) y.max_rel = fmax(y.max_rel, d / fabs(w));
     }
+    if (!ok) {
+        y.mism++;
+        if (i < y.first) y.first = i;
+        if (!(isfinite(g) && isfinite(w))) y.nonfin++;
+    }
+    if (is_poison(gr) && !is_poison(wr)) y.unwr++;
+}
+
+__device__ __forceinline__ void flush_tally(Tally y, CompareStats* st) {
     #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
-        mism += __shfl_down_sync(0xffffffffu, mism, off);
-        unwr += __shfl_down_sync(0xffffffffu, unwr, off);
-        nonfin += __shfl_down_sync(0xffffffffu, nonfin, off);
-        first = min(first, __shfl_down_sync(0xffffffffu, first, off));
-        max_abs = fmax(max_abs, __shfl_down_sync(0xffffffffu, max_abs, off));
-        max_rel = fmax(max_rel, __shfl_down_sync(0xffffffffu, max_rel, off));
+        y.mism += __shfl_down_sync(0xffffffffu, y.mism, off);
+        y.unwr += __shfl_down_sync(0xffffffffu, y.unwr, off);
+        y.nonfin += __shfl_down_sync(0xffffffffu, y.nonfin, off);
+        y.first = min(y.first, __shfl_down_sync(0xffffffffu, y.first, off));
+        y.max_abs = fmax(y.max_abs, __shfl_down_sync(0xffffffffu, y.max_abs, off));
+        y.max_rel = fmax(y.max_rel, __shfl_down_sync(0xffffffffu, y.max_rel, off));
     }
     if ((threadIdx.x & 31) == 0) {
-        if (mism) atomicAdd(&st->mismatches, mism);
-        if (unwr) atomicAdd(&st->unwritten, unwr);
-        if (nonfin) atomicAdd(&st->nonfinite_mismatch, nonfin);
-        if (first != ~0ULL) atomicMin(&st->first_index, first);
-        atomic_max_bits(&st->max_abs_bits, max_abs);
-        atomic_max_bits(&st->max_rel_bits, max_rel);
+        if (y.mism) atomicAdd(&st->mismatches, y.mism);
+        if (y.unwr) atomicAdd(&st->unwritten, y.unwr);
+        if (y.nonfin) atomicAdd(&st->nonfinite_mismatch, y.nonfin);
+        if (y.first != ~0ULL) atomicMin(&st->first_index, y.first);
+        atomic_max_bits(&st->max_abs_bits, y.max_abs);
+        atomic_max_bits(&st->max_rel_bits, y.max_rel);
     }
 }
 
-// Counts the elements of `buf` that differ (bit for bit) from what fill() writes for this
-// seed: the inputs a candidate was given must be what it leaves behind.
+// Compares n elements of every target (`got`) with `want`, into the target's slot.
 template <typename T>
-__device__ void verify(const T* buf, unsigned long long n, unsigned long long seed, int mode, double a,
-                       double b, CompareStats* st) {
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long mism = 0, first = ~0ULL;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        if (!same_bits(buf[i], fill_value<T>(i, seed, mode, a, b))) {
-            mism++;
-            if (i < first) first = i;
+__device__ void compare(const Targets& t, const T* want, unsigned long long n, double atol, double rtol,
+                        int nan_equal) {
+    Part p = part_of(t);
+    const T* got = reinterpret_cast<const T*>(t.ptr[p.who]);
+    Tally y;
+    const unsigned long long per = 16 / sizeof(T);
+    unsigned long long chunks = chunks_of<T>(got, want, n);
+    const uint4* g4 = reinterpret_cast<const uint4*>(got);
+    const uint4* w4 = reinterpret_cast<const uint4*>(want);
+    for (unsigned long long c = p.first; c < chunks; c += p.step) {
+        uint4 gc = g4[c], wc = w4[c];
+        if (same_chunk(gc, wc)) continue;
+        const T* ge = reinterpret_cast<const T*>(&gc);
+        const T* we = reinterpret_cast<const T*>(&wc);
+        for (unsigned long long k = 0; k < per; ++k)
+            if (!same_bits(ge[k], we[k])) compare_one<T>(ge[k], we[k], c * per + k, atol, rtol, nan_equal, y);
+    }
+    for (unsigned long long i = chunks * per + p.first; i < n; i += p.step)
+        if (!same_bits(got[i], want[i])) compare_one<T>(got[i], want[i], i, atol, rtol, nan_equal, y);
+    flush_tally(y, reinterpret_cast<CompareStats*>(t.slot[p.who]));
+}
+
+// Counts the elements of every target that differ (bit for bit) from `pristine`: the
+// inputs a candidate was given must be what it leaves behind.
+template <typename T>
+__device__ void verify(const Targets& t, const T* pristine, unsigned long long n) {
+    Part p = part_of(t);
+    const T* buf = reinterpret_cast<const T*>(t.ptr[p.who]);
+    Tally y;
+    const unsigned long long per = 16 / sizeof(T);
+    unsigned long long chunks = chunks_of<T>(buf, pristine, n);
+    const uint4* b4 = reinterpret_cast<const uint4*>(buf);
+    const uint4* p4 = reinterpret_cast<const uint4*>(pristine);
+    for (unsigned long long c = p.first; c < chunks; c += p.step) {
+        uint4 bc = b4[c], pc = p4[c];
+        if (same_chunk(bc, pc)) continue;
+        const T* be = reinterpret_cast<const T*>(&bc);
+        const T* pe = reinterpret_cast<const T*>(&pc);
+        for (unsigned long long k = 0; k < per; ++k)
+            if (!same_bits(be[k], pe[k])) {
+                y.mism++;
+                y.first = min(y.first, c * per + k);
+            }
+    }
+    for (unsigned long long i = chunks * per + p.first; i < n; i += p.step)
+        if (!same_bits(buf[i], pristine[i])) {
+            y.mism++;
+            y.first = min(y.first, i);
         }
-    }
-    #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        mism += __shfl_down_sync(0xffffffffu, mism, off);
-        first = min(first, __shfl_down_sync(0xffffffffu, first, off));
-    }
-    if ((threadIdx.x & 31) == 0 && mism) {
-        atomicAdd(&st->mismatches, mism);
-        atomicMin(&st->first_index, first);
-    }
+    flush_tally(y, reinterpret_cast<CompareStats*>(t.slot[p.who]));
 }
 
 #define CUDAPERF_DTYPE(NAME, T)                                                                       \
@@ -164,14 +245,12 @@ __device__ void verify(const T* buf, unsigned long long n, unsigned long long se
                                            int mode, double a, double b) {                           \
         fill<T>(out, n, seed, mode, a, b);                                                            \
     }                                                                                                 \
-    extern "C" __global__ void compare_##NAME(const T* got, const T* want, unsigned long long n,     \
-                                              double atol, double rtol, int nan_equal,               \
-                                              CompareStats* st) {                                     \
-        compare<T>(got, want, n, atol, rtol, nan_equal, st);                                          \
+    extern "C" __global__ void compare_##NAME(Targets t, const T* want, unsigned long long n,        \
+                                              double atol, double rtol, int nan_equal) {             \
+        compare<T>(t, want, n, atol, rtol, nan_equal);                                                \
     }                                                                                                 \
-    extern "C" __global__ void verify_##NAME(const T* buf, unsigned long long n, unsigned long long seed, \
-                                             int mode, double a, double b, CompareStats* st) {        \
-        verify<T>(buf, n, seed, mode, a, b, st);                                                      \
+    extern "C" __global__ void verify_##NAME(Targets t, const T* pristine, unsigned long long n) {   \
+        verify<T>(t, pristine, n);                                                                    \
     }
 
 CUDAPERF_DTYPE(f32, float)

@@ -108,8 +108,43 @@ impl StatsSlots {
     }
 }
 
+/// Buffers one launch of a fan kernel works on (`MAX_TARGETS` in support.cu).
+pub(crate) const MAX_TARGETS: usize = 32;
+
+/// `struct Targets` of support.cu: the buffers of one launch, each with its statistics slot.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct TargetsArg {
+    ptr: [u64; MAX_TARGETS],
+    slot: [u64; MAX_TARGETS],
+    count: i32,
+}
+
+impl TargetsArg {
+    /// At most [`MAX_TARGETS`] (buffer, slot) pairs.
+    fn new(targets: impl Iterator<Item = (DevSlice, Option<DevSlice>)>) -> TargetsArg {
+        let mut t = TargetsArg {
+            ptr: [0; MAX_TARGETS],
+            slot: [0; MAX_TARGETS],
+            count: 0,
+        };
+        for (k, (buf, slot)) in targets.take(MAX_TARGETS).enumerate() {
+            t.ptr[k] = buf.ptr;
+            t.slot[k] = slot.map_or(0, |s| s.ptr);
+            t.count = k as i32 + 1;
+        }
+        t
+    }
+}
+
+/// 16-byte chunks in `n` elements of `dtype` (the work items of compare and verify).
+fn chunks(n: u64, dtype: DType) -> u64 {
+    (n * dtype.size_bytes()).div_ceil(16)
+}
+
 /// The loaded harness kernels.
 pub(crate) struct Support {
+    copy: sys::CUfunction,
     fill: HashMap<DType, sys::CUfunction>,
     compare: HashMap<DType, sys::CUfunction>,
     verify: HashMap<DType, sys::CUfunction>,
@@ -136,8 +171,8 @@ pub(crate) fn open_gpu() -> Result<(Gpu, DeviceInfo, i32, Support, String), Stri
 }
 
 impl Support {
-    /// Compiles and loads the harness kernels for `arch` (e.g. `sm_90`).
-    pub fn load(gpu: &Gpu, arch: &str, sms: i32) -> Result<Support, String> {
+    /// The harness kernels compiled for `arch` (e.g. `sm_90`): the cubin.
+    fn compile(arch: &str) -> Result<Vec<u8>, String> {
         let lib = crate::compile::nvrtc::load()?;
         let mut flags = vec![format!("-arch={arch}"), "-std=c++17".to_string()];
         if let Some(dir) = &lib.include_dir {
@@ -148,8 +183,14 @@ impl Support {
         if !out.ok {
             return Err(format!("harness kernels failed to compile: {}", out.log));
         }
+        Ok(out.cubin)
+    }
+
+    /// Compiles and loads the harness kernels for `arch` (e.g. `sm_90`).
+    pub fn load(gpu: &Gpu, arch: &str, sms: i32) -> Result<Support, String> {
+        let cubin = Support::compile(arch)?;
         let module = gpu
-            .load_module(&out.cubin, "harness kernels")
+            .load_module(&cubin, "harness kernels")
             .map_err(|e| e.to_string())?;
         let table = |prefix: &str| -> Result<HashMap<DType, sys::CUfunction>, String> {
             DType::ALL
@@ -163,6 +204,7 @@ impl Support {
                 .collect()
         };
         Ok(Support {
+            copy: module.function("copy_fanout").map_err(|e| e.to_string())?,
             fill: table("fill")?,
             compare: table("compare")?,
             verify: table("verify")?,
@@ -202,57 +244,123 @@ impl Support {
         })
     }
 
-    /// Compares `n` elements of `got` with `want` into a statistics slot.
+    /// Writes the first `bytes` of `src` into every buffer of `dsts` (one launch per
+    /// [`MAX_TARGETS`]: `src` is read once from DRAM per launch).
+    pub fn copy_to(
+        &self,
+        src: DevSlice,
+        dsts: &[DevSlice],
+        bytes: u64,
+        stream: sys::CUstream,
+    ) -> Result<(), CudaError> {
+        for group in dsts.chunks(MAX_TARGETS) {
+            let targets = TargetsArg::new(group.iter().map(|d| (*d, None)));
+            self.launch_fan(
+                self.copy,
+                &targets,
+                bytes.div_ceil(16),
+                vec![arg_u64(src.ptr), arg_u64(bytes)],
+                stream,
+                || "copying inputs".to_string(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Compares `n` elements of every `got` buffer with `want`, each into its statistics
+    /// slot (`(buffer, slot)` pairs).
     #[allow(clippy::too_many_arguments)]
     pub fn compare(
         &self,
-        got: DevSlice,
+        got: &[(DevSlice, DevSlice)],
         want: DevSlice,
         dtype: DType,
         n: u64,
         (atol, rtol): (f64, f64),
         nan_equal: bool,
-        slot: DevSlice,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
-        let args = vec![
-            arg_u64(got.ptr),
-            arg_u64(want.ptr),
-            arg_u64(n),
-            arg_f64(atol),
-            arg_f64(rtol),
-            arg_i32(nan_equal as i32),
-            arg_u64(slot.ptr),
-        ];
-        self.launch(self.compare[&dtype], n, args, stream, || {
-            format!("comparing outputs ({dtype})")
-        })
+        for group in got.chunks(MAX_TARGETS) {
+            let targets = TargetsArg::new(group.iter().map(|&(b, s)| (b, Some(s))));
+            self.launch_fan(
+                self.compare[&dtype],
+                &targets,
+                chunks(n, dtype),
+                vec![
+                    arg_u64(want.ptr),
+                    arg_u64(n),
+                    arg_f64(atol),
+                    arg_f64(rtol),
+                    arg_i32(nan_equal as i32),
+                ],
+                stream,
+                || format!("comparing outputs ({dtype})"),
+            )?;
+        }
+        Ok(())
     }
 
-    /// Counts elements of `buf` that differ from what `fill` writes for `seed`.
-    #[allow(clippy::too_many_arguments)]
+    /// Counts the elements of every buffer that differ (bit for bit) from `pristine`, each
+    /// into its statistics slot (`(buffer, slot)` pairs).
     pub fn verify(
         &self,
-        buf: DevSlice,
+        bufs: &[(DevSlice, DevSlice)],
+        pristine: DevSlice,
         dtype: DType,
         n: u64,
-        seed: u64,
-        f: &Fill,
-        slot: DevSlice,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
-        let args = vec![
-            arg_u64(buf.ptr),
-            arg_u64(n),
-            arg_u64(seed),
-            arg_i32(f.mode),
-            arg_f64(f.a),
-            arg_f64(f.b),
-            arg_u64(slot.ptr),
-        ];
-        self.launch(self.verify[&dtype], n, args, stream, || {
-            format!("verifying inputs ({dtype})")
-        })
+        for group in bufs.chunks(MAX_TARGETS) {
+            let targets = TargetsArg::new(group.iter().map(|&(b, s)| (b, Some(s))));
+            self.launch_fan(
+                self.verify[&dtype],
+                &targets,
+                chunks(n, dtype),
+                vec![arg_u64(pristine.ptr), arg_u64(n)],
+                stream,
+                || format!("verifying inputs ({dtype})"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Launches a kernel that takes a [`TargetsArg`] first: `items` work items (16-byte
+    /// chunks) per target, its blocks dealt round-robin over the targets.
+    fn launch_fan(
+        &self,
+        function: sys::CUfunction,
+        targets: &TargetsArg,
+        items: u64,
+        mut rest: Vec<[u8; 8]>,
+        stream: sys::CUstream,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), CudaError> {
+        let count = targets.count.max(1) as u32;
+        if targets.count == 0 || items == 0 {
+            return Ok(());
+        }
+        let per_target = (self.max_blocks / count).max(1);
+        let parts = items.div_ceil(256).clamp(1, u64::from(per_target)) as u32;
+        let mut first = *targets;
+        let mut ptrs: Vec<*mut std::ffi::c_void> =
+            vec![(&mut first as *mut TargetsArg).cast::<std::ffi::c_void>()];
+        ptrs.extend(
+            rest.iter_mut()
+                .map(|a| a.as_mut_ptr().cast::<std::ffi::c_void>()),
+        );
+        // SAFETY: the first parameter of every fan kernel is `Targets` (same layout as
+        // `TargetsArg`), the rest are 8-byte slots in the kernel's order; all outlive the call.
+        unsafe {
+            driver::launch_params(
+                function,
+                [parts * count, 1, 1],
+                [256, 1, 1],
+                0,
+                stream,
+                &mut ptrs,
+                what,
+            )
+        }
     }
 
     /// Launches a harness kernel over `n` elements (nothing for none).
@@ -276,5 +384,46 @@ impl Support {
             &mut args,
             what,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The harness kernels compile (NVRTC needs no GPU), and the fan kernels' first
+    /// parameter has the layout of `TargetsArg`.
+    #[test]
+    fn harness_kernels_compile_for_hopper() {
+        let cubin = Support::compile("sm_90").expect("support.cu compiles with NVRTC");
+        assert!(cubin.len() > 1000, "a cubin of {} bytes", cubin.len());
+        assert_eq!(std::mem::size_of::<TargetsArg>(), 8 * 2 * MAX_TARGETS + 8);
+        let source_max = SUPPORT_SOURCE
+            .lines()
+            .find_map(|l| l.strip_prefix("#define MAX_TARGETS "))
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        assert_eq!(source_max, Some(MAX_TARGETS));
+    }
+
+    #[test]
+    fn targets_take_at_most_the_maximum() {
+        let slices = (0..40u64).map(|k| {
+            (
+                DevSlice {
+                    ptr: 0x1000 * (k + 1),
+                    bytes: 16,
+                },
+                Some(DevSlice {
+                    ptr: 0x10 * k,
+                    bytes: STATS_BYTES,
+                }),
+            )
+        });
+        let t = TargetsArg::new(slices);
+        assert_eq!(t.count as usize, MAX_TARGETS);
+        assert_eq!(t.ptr[31], 0x1000 * 32);
+        assert_eq!(t.slot[1], 0x10);
+        assert_eq!(chunks(5, DType::F32), 2);
+        assert_eq!(chunks(4, DType::F32), 1);
     }
 }

@@ -11,9 +11,8 @@
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use super::harness::{
-    ours, ConfigMemory, ConfigPlans, Harness, JobState, Run, SidePlan, SideRun, Who,
-};
+use super::checks::Batch;
+use super::harness::{ConfigMemory, ConfigPlans, Harness, JobState, Run, SidePlan, SideRun, Who};
 use super::job::{JobConfig, TimingOptions};
 use super::report::{KernelOccupancy, TimingStage, PROTOCOL_VERSION};
 use super::timing::{self, derive_seed, domain, Schedule};
@@ -79,7 +78,6 @@ impl Harness {
             rand::rngs::SmallRng::seed_from_u64(derive_seed(job.seed, domain::SCHEDULE, 1));
         let n = job.candidates.len();
         let max_batch = 12usize;
-        let slots = self.slots(2 * max_batch * n)?;
         let reference = mem.reference.slices();
         let (mut ref_us, mut cand_us) = (Vec::new(), vec![Vec::new(); n]);
         // A member's time is paired with the reference's of the same run.
@@ -91,9 +89,7 @@ impl Harness {
         let mut settled = vec![false; n];
         loop {
             let batch = (sched.next_batch() as usize).min(max_batch);
-            ours(slots.reset())?;
-            let mut in_batch: Vec<(usize, usize, Option<f64>)> = Vec::new(); // (b, member, ms)
-            for b in 0..batch {
+            for _ in 0..batch {
                 run += 1;
                 let seed = derive_seed(job.seed, domain::TIMED, u64::from(run));
                 let mut sides = vec![Who::Reference];
@@ -115,60 +111,53 @@ impl Harness {
                 }
                 // Every run is checked: outputs against this run's reference outputs, and
                 // the inputs it was given.
-                self.clock_start()?;
-                for &(i, _) in &times {
-                    let Some(side) = mem.side(Who::Member(i)) else {
-                        continue;
-                    };
-                    let own = side.slices();
-                    let slot = 2 * (b * n + i);
-                    self.enqueue_compare(st, c, (&own, &reference), slots.slot(slot))?;
-                    self.enqueue_verify(st, c, &own, seed, slots.slot(slot + 1))?;
-                }
-                self.clock_stop_sync(st, "timed checks")?;
-                for (i, ms) in times {
-                    in_batch.push((b, i, Some(ms)));
-                }
-                if run > sched.warmup {
+                let mut checks = Batch::default();
+                let times: Vec<(usize, f64)> = times
+                    .into_iter()
+                    .filter_map(|(i, ms)| {
+                        let own = mem.side(Who::Member(i))?.slices();
+                        checks.compare(own.clone(), reference.clone(), false, false);
+                        checks.verify(own, seed);
+                        Some((i, ms))
+                    })
+                    .collect();
+                let found = self.check_batch(st, c, mem, &checks)?;
+                let counted = run > sched.warmup;
+                if counted {
                     if let Some(r) = r_ms {
                         ref_us.push(r * 1e3);
                         spent_ms += r;
                     }
                 }
-            }
-            let stats = ours(slots.read())?;
-            for &(b, i, ms) in &in_batch {
-                let (out, inp) = (stats[2 * (b * n + i)], stats[2 * (b * n + i) + 1]);
-                let nth = run as usize - batch + b + 1;
-                let failure = if !out.clean() {
-                    Some(format!(
-                        "run {nth} of the timing phase (fresh inputs) gave a wrong result: {} elements differ from the reference, {} never written",
-                        out.mismatches, out.unwritten
-                    ))
-                } else if inp.mismatches > 0 {
-                    Some(format!(
-                        "run {nth} of the timing phase left {} input elements modified",
-                        inp.mismatches
-                    ))
-                } else {
-                    None
-                };
-                if let Some(reason) = failure {
-                    if let Some(ch) = st.members[i].checks.last_mut() {
-                        if !ch.timed_run_mismatch {
-                            ch.timed_run_mismatch = true;
-                            ch.passed = false;
-                            ch.reasons.push(reason);
+                for (k, (i, ms)) in times.into_iter().enumerate() {
+                    let (out, inp) = (&found.compares[k].0, &found.verifies[k]);
+                    let failure = if !out.clean() {
+                        Some(format!(
+                            "run {run} of the timing phase (fresh inputs) gave a wrong result: {} elements differ from the reference, {} never written",
+                            out.mismatches, out.unwritten
+                        ))
+                    } else if inp.mismatches > 0 {
+                        Some(format!(
+                            "run {run} of the timing phase left {} input elements modified",
+                            inp.mismatches
+                        ))
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = failure {
+                        if let Some(ch) = st.members[i].checks.last_mut() {
+                            if !ch.timed_run_mismatch {
+                                ch.timed_run_mismatch = true;
+                                ch.passed = false;
+                                ch.reasons.push(reason);
+                            }
                         }
+                        timed.retain(|&m| m != i);
+                        continue;
                     }
-                    timed.retain(|&m| m != i);
-                    continue;
-                }
-                let r = run as usize - batch + b + 1;
-                if r > sched.warmup as usize {
-                    if let (Some(ms), Some(rt)) = (ms, ref_us.get(r - sched.warmup as usize - 1)) {
+                    if let (true, Some(r)) = (counted, r_ms) {
                         cand_us[i].push(ms * 1e3);
-                        paired_ref[i].push(*rt);
+                        paired_ref[i].push(r * 1e3);
                         spent_ms += ms;
                     }
                 }
