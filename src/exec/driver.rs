@@ -251,6 +251,14 @@ pub struct DevSlice {
 }
 
 impl DevSlice {
+    /// The first `bytes` of this range (all of it when it is shorter).
+    pub fn prefix(&self, bytes: u64) -> DevSlice {
+        DevSlice {
+            ptr: self.ptr,
+            bytes: self.bytes.min(usize::try_from(bytes).unwrap_or(usize::MAX)),
+        }
+    }
+
     /// Fills every byte with `value` on `stream`.
     pub fn memset(&self, value: u8, stream: sys::CUstream) -> Result<(), CudaError> {
         if self.bytes == 0 {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::driver::{CudaError, DevSlice, DeviceBuffer, Event, Gpu, IpcMapping};
 use super::job::{ExecJob, JobConfig, JobModule, JobParam};
 use super::report::*;
-use super::runner::{RunArg, RunLaunch, RunnerClient, RunnerFault};
+use super::runner::{RunArg, RunLaunch, RunnerClient, RunnerFault, ZeroRange};
 use super::support::Support;
 use super::values::{arg_i32, scalar_arg};
 use crate::candidate::{ResolvedArg, ResolvedPlan};
@@ -274,7 +274,7 @@ pub(crate) fn runner_launches(job: &ExecJob, c: &JobConfig, plan: &ResolvedPlan)
 /// A side's plan in runner form: launches and the buffers to zero in the timed window.
 pub(crate) struct SidePlan {
     pub launches: Vec<RunLaunch>,
-    pub zero: Vec<usize>,
+    pub zero: Vec<ZeroRange>,
 }
 
 /// The runner launches of every side of one config, built once for its checks and timing.
@@ -286,22 +286,32 @@ pub(crate) struct ConfigPlans {
 impl ConfigPlans {
     pub fn new(job: &ExecJob, c: &JobConfig) -> ConfigPlans {
         ConfigPlans {
-            reference: SidePlan::new(job, c, &c.reference),
+            reference: SidePlan::new(job, c, &c.reference, &job.reference.scratch),
             members: c
                 .candidates
                 .iter()
-                .map(|p| SidePlan::new(job, c, p))
+                .zip(&job.candidates)
+                .map(|(p, m)| SidePlan::new(job, c, p, &m.scratch))
                 .collect(),
         }
     }
 }
 
 impl SidePlan {
-    pub fn new(job: &ExecJob, c: &JobConfig, plan: &ResolvedPlan) -> SidePlan {
+    pub fn new(job: &ExecJob, c: &JobConfig, plan: &ResolvedPlan, scratch: &[DType]) -> SidePlan {
         let nb = job.buffers.len();
         SidePlan {
             launches: runner_launches(job, c, plan),
-            zero: (nb..nb + plan.scratch_lens.len()).collect(),
+            zero: plan
+                .scratch_lens
+                .iter()
+                .zip(scratch)
+                .enumerate()
+                .map(|(k, (n, d))| ZeroRange {
+                    buffer: nb + k,
+                    bytes: n * d.size_bytes(),
+                })
+                .collect(),
         }
     }
 }
@@ -326,24 +336,56 @@ pub(crate) fn side_bytes(
         .collect()
 }
 
-fn output_bytes(job: &ExecJob, c: &JobConfig) -> u64 {
-    job.buffers
-        .iter()
-        .zip(&c.lens)
-        .filter(|(b, _)| b.direction.is_output())
-        .map(|(b, n)| n * b.dtype.size_bytes())
-        .sum()
+/// Bytes of every buffer of a job, each at its largest over the configs (what is allocated
+/// once for the whole job).
+pub(crate) struct JobSizes {
+    /// The reference's ABI buffers, then its scratch.
+    pub reference: Vec<u64>,
+    /// Per member, its ABI buffers, then its scratch.
+    pub members: Vec<Vec<u64>>,
+    /// Per ABI buffer, the harness's generated copy (0: the buffer is not generated).
+    pub generated: Vec<u64>,
+    /// Per ABI buffer, the harness's saved copy of a member's output (0: not an output).
+    pub saved: Vec<u64>,
 }
 
-/// Bytes of the input set the harness generates once per run (its `pristine` copy).
-fn generated_bytes(job: &ExecJob, c: &JobConfig) -> u64 {
-    job.buffers
-        .iter()
-        .zip(&c.lens)
-        .zip(&c.fills)
-        .filter(|(_, f)| f.is_some())
-        .map(|((b, n), _)| n * b.dtype.size_bytes())
-        .sum()
+impl JobSizes {
+    pub fn new(job: &ExecJob) -> JobSizes {
+        let most = |per: &dyn Fn(&JobConfig) -> Vec<u64>| -> Vec<u64> {
+            let mut out: Vec<u64> = Vec::new();
+            for c in &job.configs {
+                let v = per(c);
+                if out.len() < v.len() {
+                    out.resize(v.len(), 0);
+                }
+                for (o, x) in out.iter_mut().zip(v) {
+                    *o = (*o).max(x);
+                }
+            }
+            out
+        };
+        let abi = |c: &JobConfig, keep: &dyn Fn(usize) -> bool| -> Vec<u64> {
+            (0..job.buffers.len())
+                .map(|i| {
+                    if keep(i) {
+                        c.lens[i] * job.buffers[i].dtype.size_bytes()
+                    } else {
+                        0
+                    }
+                })
+                .collect()
+        };
+        JobSizes {
+            reference: most(&|c| side_bytes(job, c, &c.reference, &job.reference.scratch)),
+            members: (0..job.candidates.len())
+                .map(|i| {
+                    most(&|c| side_bytes(job, c, &c.candidates[i], &job.candidates[i].scratch))
+                })
+                .collect(),
+            generated: most(&|c| abi(c, &|i| c.fills[i].is_some())),
+            saved: most(&|c| abi(c, &|i| job.buffers[i].direction.is_output())),
+        }
+    }
 }
 
 /// The seed of buffer `i` within an input set.
@@ -572,39 +614,47 @@ impl Harness {
         } else {
             self.gpu.free_memory() / 10 * 9
         };
-        for (k, c) in job.configs.iter().enumerate() {
-            // Members whose memory would not fit are an invalid launch; the rest go on.
-            let mut need = side_bytes(job, c, &c.reference, &job.reference.scratch)
-                .iter()
-                .sum::<u64>()
-                + generated_bytes(job, c);
-            for i in st.active() {
-                let own: u64 = side_bytes(job, c, &c.candidates[i], &job.candidates[i].scratch)
+        // Every side's buffers are allocated once for the job, each at its largest size over
+        // the configs; a config uses their starts. Members whose memory would not fit are an
+        // invalid launch; the rest go on.
+        let sizes = JobSizes::new(job);
+        let mut need = sizes.reference.iter().sum::<u64>() + sizes.generated.iter().sum::<u64>();
+        for i in st.active() {
+            let own = sizes.members[i].iter().sum::<u64>() + sizes.saved.iter().sum::<u64>();
+            if own + need > cap {
+                let largest = job
+                    .configs
                     .iter()
-                    .sum::<u64>()
-                    + output_bytes(job, c);
-                if own + need > cap {
-                    st.stop(
-                        i,
-                        ExecStatus::InvalidLaunch {
-                            reason: format!(
-                                "config `{}` needs {} bytes of device memory for this candidate (buffers, scratch and saved copies), more than the {} left under the cap of {cap}",
-                                c.name,
-                                own,
-                                cap.saturating_sub(need)
-                            ),
-                        },
-                    );
-                } else {
-                    need += own;
-                }
+                    .max_by_key(|c| {
+                        side_bytes(job, c, &c.candidates[i], &job.candidates[i].scratch)
+                            .iter()
+                            .sum::<u64>()
+                    })
+                    .map_or("?", |c| c.name.as_str());
+                st.stop(
+                    i,
+                    ExecStatus::InvalidLaunch {
+                        reason: format!(
+                            "config `{largest}` needs {own} bytes of device memory for this candidate (buffers, scratch and saved copies, each at its largest over the configs), more than the {} left under the cap of {cap}",
+                            cap.saturating_sub(need)
+                        ),
+                    },
+                );
+            } else {
+                need += own;
             }
+        }
+        if st.active().is_empty() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let mem = self.alloc_job(st, &sizes)?;
+        st.trace.alloc_ms += ms_since(t);
+        for (k, c) in job.configs.iter().enumerate() {
             if st.active().is_empty() {
                 break;
             }
-            let t = Instant::now();
-            let mem = self.alloc_config(st, c)?;
-            st.trace.alloc_ms += ms_since(t);
+            mem.pristine_seed.set(None);
             let plans = ConfigPlans::new(job, c);
             let t = Instant::now();
             self.check_config(st, k, c, &mem, &plans)?;
@@ -616,10 +666,10 @@ impl Harness {
                     st.trace.time_ms += ms_since(t);
                 }
             }
-            let t = Instant::now();
-            drop(mem);
-            st.trace.alloc_ms += ms_since(t);
         }
+        let t = Instant::now();
+        drop(mem);
+        st.trace.alloc_ms += ms_since(t);
         Ok(())
     }
 
@@ -639,30 +689,26 @@ impl Harness {
         Ok(left)
     }
 
-    fn alloc_config(&mut self, st: &mut JobState, c: &JobConfig) -> Run<ConfigMemory> {
+    fn alloc_job(&mut self, st: &mut JobState, sizes: &JobSizes) -> Run<ConfigMemory> {
         let job = st.job;
-        let rb = side_bytes(job, c, &c.reference, &job.reference.scratch);
         let limit = self.limit(st)?;
         let handles = self
             .reference
-            .alloc(rb.clone(), limit)
+            .alloc(sizes.reference.clone(), limit)
             .map_err(|f| Fault::Reference(format!("the reference's buffers: {f}")))?;
-        let reference = self.map_side(job, &handles, &rb, "reference", false)?;
+        let reference = self.map_side(job, &handles, &sizes.reference, "reference", None)?;
         // The members' runners allocate in parallel (each a process round trip and a few
         // large cuMemAllocs); the harness then maps their buffers one by one.
         let limit = self.limit(st)?.min(st.run_limit);
         let active: Vec<bool> = (0..job.candidates.len())
             .map(|i| st.members[i].active())
             .collect();
-        let bytes: Vec<Vec<u64>> = (0..job.candidates.len())
-            .map(|i| side_bytes(job, c, &c.candidates[i], &job.candidates[i].scratch))
-            .collect();
         let allocs: Vec<Option<Result<Vec<super::driver::IpcHandle>, RunnerFault>>> =
             std::thread::scope(|s| {
                 let handles: Vec<_> = self
                     .runners
                     .iter_mut()
-                    .zip(&bytes)
+                    .zip(&sizes.members)
                     .zip(&active)
                     .map(|((r, cb), &on)| on.then(|| s.spawn(move || r.alloc(cb.clone(), limit))))
                     .collect();
@@ -686,9 +732,9 @@ impl Harness {
                 Some(Ok(handles)) => members.push(Some(self.map_side(
                     job,
                     &handles,
-                    &bytes[i],
+                    &sizes.members[i],
                     "candidate",
-                    true,
+                    Some(&sizes.saved),
                 )?)),
                 Some(Err(f)) => {
                     let s = member_status(f, st.run_limit)?;
@@ -700,15 +746,14 @@ impl Harness {
         let pristine = job
             .buffers
             .iter()
-            .zip(&c.fills)
-            .zip(&c.lens)
-            .map(|((b, f), n)| {
-                f.as_ref()
-                    .map(|_| {
-                        ours(self.gpu.alloc(
-                            (n * b.dtype.size_bytes()) as usize,
-                            &format!("generated inputs `{}`", b.name),
-                        ))
+            .zip(&sizes.generated)
+            .map(|(b, &bytes)| {
+                (bytes > 0)
+                    .then(|| {
+                        ours(
+                            self.gpu
+                                .alloc(bytes as usize, &format!("generated inputs `{}`", b.name)),
+                        )
                     })
                     .transpose()
             })
@@ -721,32 +766,38 @@ impl Harness {
         })
     }
 
+    /// Maps a side's buffers here; `saved` gives the bytes of the harness-owned copy of
+    /// each output (members only).
     fn map_side(
         &self,
         job: &ExecJob,
         handles: &[super::driver::IpcHandle],
         bytes: &[u64],
         who: &str,
-        save: bool,
+        saved: Option<&[u64]>,
     ) -> Run<SideMemory> {
         let mut mapped = Vec::new();
-        let mut saved = Vec::new();
-        for ((h, b), buf) in handles.iter().zip(bytes).zip(&job.buffers) {
+        let mut copies = Vec::new();
+        for (i, ((h, b), buf)) in handles.iter().zip(bytes).zip(&job.buffers).enumerate() {
             mapped.push(ours(self.gpu.open_ipc(
                 h,
                 *b as usize,
                 &format!("{who} buffer `{}`", buf.name),
             ))?);
-            saved.push(if save && buf.direction.is_output() {
+            let keep = saved.and_then(|s| s.get(i)).copied().unwrap_or(0);
+            copies.push(if keep > 0 {
                 Some(ours(self.gpu.alloc(
-                    *b as usize,
+                    keep as usize,
                     &format!("saved output `{}`", buf.name),
                 ))?)
             } else {
                 None
             });
         }
-        Ok(SideMemory { mapped, saved })
+        Ok(SideMemory {
+            mapped,
+            saved: copies,
+        })
     }
 
     /// Records the harness clock's start (the harness's own GPU work is timed).
@@ -816,7 +867,10 @@ impl Harness {
                 }
                 (None, Direction::Out) => {
                     for s in &bufs {
-                        ours(s[i].memset(0xFF, stream))?;
+                        ours(
+                            s[i].prefix(c.lens[i] * b.dtype.size_bytes())
+                                .memset(0xFF, stream),
+                        )?;
                     }
                 }
                 (None, _) => {}

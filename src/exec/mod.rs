@@ -32,4 +32,4 @@ pub use job::{
     JobSide, TimingOptions,
 };
 pub use report::*;
-pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply};
+pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply, ZeroRange};

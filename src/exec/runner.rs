@@ -50,6 +50,16 @@ pub struct RunLaunch {
     pub args: Vec<RunArg>,
 }
 
+/// The start of one buffer, zeroed inside a run's timed window (a buffer is allocated for
+/// the job's largest configuration; a run zeroes what its configuration uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZeroRange {
+    /// Index into the last `Alloc`.
+    pub buffer: usize,
+    /// Bytes from the buffer's start (clamped to its size).
+    pub bytes: u64,
+}
+
 /// What a runner is asked to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -67,13 +77,13 @@ pub enum RunnerCmd {
         /// Bytes per buffer.
         bytes: Vec<u64>,
     },
-    /// One run: L2 flush (untimed), start event, `zero` buffers zeroed, the launches, end
+    /// One run: L2 flush (untimed), start event, `zero` ranges zeroed, the launches, end
     /// event, synchronise. Answers with the time between the events.
     Run {
         /// The launches, in order.
         launches: Vec<RunLaunch>,
-        /// Buffers to zero inside the timed window (scratch).
-        zero: Vec<usize>,
+        /// What to zero inside the timed window (scratch).
+        zero: Vec<ZeroRange>,
         /// Bytes of the L2 flush before the start event (0: none).
         flush_bytes: u64,
         /// The word the flush writes (different each time, so it cannot be skipped).
@@ -199,7 +209,7 @@ impl RunnerState {
     fn run(
         &mut self,
         launches: &[RunLaunch],
-        zero: &[usize],
+        zero: &[ZeroRange],
         flush_bytes: u64,
         flush_value: u32,
     ) -> Result<f64, CudaError> {
@@ -225,9 +235,9 @@ impl RunnerState {
             f.slice().memset_words(flush_value, stream)?;
         }
         e0.record(stream)?;
-        for &z in zero {
-            if let Some(b) = self.buffers.get(z) {
-                b.slice().memset(0, stream)?;
+        for z in zero {
+            if let Some(b) = self.buffers.get(z.buffer) {
+                b.slice().prefix(z.bytes).memset(0, stream)?;
             }
         }
         for (k, l) in launches.iter().enumerate() {
@@ -449,7 +459,7 @@ impl RunnerClient {
     pub fn run(
         &mut self,
         launches: Vec<RunLaunch>,
-        zero: Vec<usize>,
+        zero: Vec<ZeroRange>,
         flush: (u64, u32),
         limit: Duration,
     ) -> Result<f64, RunnerFault> {
