@@ -399,6 +399,7 @@ extern "C" __global__ void probe(unsigned long long addr, float* own) {
             p,
             RunnerCmd::Alloc {
                 bytes: vec![4 * n, 4],
+                share_token: 0,
             },
         ) {
             RunnerReply::Allocated { pointers, .. } => ptrs.push(pointers),

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::driver::{CudaError, DevSlice, DeviceBuffer, Event, Gpu, IpcMapping};
 use super::job::{ExecJob, JobConfig, JobModule, JobParam};
 use super::report::*;
-use super::runner::{RunArg, RunLaunch, RunnerClient, RunnerFault, ZeroRange};
+use super::runner::{BufferShare, RunArg, RunLaunch, RunnerClient, RunnerFault, ZeroRange};
 use super::support::Support;
 use super::values::{arg_i32, scalar_arg};
 use crate::candidate::{ResolvedArg, ResolvedPlan};
@@ -703,28 +703,27 @@ impl Harness {
         let active: Vec<bool> = (0..job.candidates.len())
             .map(|i| st.members[i].active())
             .collect();
-        let allocs: Vec<Option<Result<Vec<super::driver::IpcHandle>, RunnerFault>>> =
-            std::thread::scope(|s| {
-                let handles: Vec<_> = self
-                    .runners
-                    .iter_mut()
-                    .zip(&sizes.members)
-                    .zip(&active)
-                    .map(|((r, cb), &on)| on.then(|| s.spawn(move || r.alloc(cb.clone(), limit))))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.map(|h| {
-                            h.join().unwrap_or_else(|_| {
-                                Err(RunnerFault::Unavailable(
-                                    "an allocating thread panicked".into(),
-                                ))
-                            })
+        let allocs: Vec<Option<Result<Vec<BufferShare>, RunnerFault>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .runners
+                .iter_mut()
+                .zip(&sizes.members)
+                .zip(&active)
+                .map(|((r, cb), &on)| on.then(|| s.spawn(move || r.alloc(cb.clone(), limit))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(RunnerFault::Unavailable(
+                                "an allocating thread panicked".into(),
+                            ))
                         })
                     })
-                    .collect()
-            });
+                })
+                .collect()
+        });
         let mut members = Vec::new();
         for (i, a) in allocs.into_iter().enumerate() {
             match a {
@@ -771,7 +770,7 @@ impl Harness {
     fn map_side(
         &self,
         job: &ExecJob,
-        handles: &[super::driver::IpcHandle],
+        handles: &[BufferShare],
         bytes: &[u64],
         who: &str,
         saved: Option<&[u64]>,
@@ -779,11 +778,11 @@ impl Harness {
         let mut mapped = Vec::new();
         let mut copies = Vec::new();
         for (i, ((h, b), buf)) in handles.iter().zip(bytes).zip(&job.buffers).enumerate() {
-            mapped.push(ours(self.gpu.open_ipc(
-                h,
-                *b as usize,
-                &format!("{who} buffer `{}`", buf.name),
-            ))?);
+            let what = format!("{who} buffer `{}`", buf.name);
+            mapped.push(ours(match h {
+                BufferShare::Fd(fd) => self.gpu.import_shared(fd, *b as usize, &what),
+                BufferShare::Ipc(h) => self.gpu.open_ipc(h, *b as usize, &what),
+            })?);
             let keep = saved.and_then(|s| s.get(i)).copied().unwrap_or(0);
             copies.push(if keep > 0 {
                 Some(ours(self.gpu.alloc(

@@ -13,6 +13,7 @@ mod device;
 mod direct;
 mod driver;
 mod executor;
+mod fdpass;
 mod harness;
 mod job;
 mod report;

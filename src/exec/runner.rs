@@ -17,6 +17,7 @@ use cudarc::driver::sys;
 use serde::{Deserialize, Serialize};
 
 use super::driver::{self, CudaError, DeviceBuffer, Event, Gpu, IpcHandle, Module};
+use super::fdpass::FdInbox;
 use crate::sandbox::{Handled, Handler, JobOutcome, Pool, WorkerSpec};
 
 /// One kernel argument of a run.
@@ -72,10 +73,16 @@ pub enum RunnerCmd {
         /// The symbols to look up, in launch order.
         symbols: Vec<String>,
     },
-    /// Frees every buffer (scrubbed first) and allocates these; answers with IPC handles.
+    /// Frees every buffer (scrubbed first) and allocates these. With a `share_token`, and a
+    /// harness inbox in the runner's environment, the buffers are shareable (VMM API) and
+    /// their file descriptors go to the inbox marked with the token; otherwise the answer
+    /// carries legacy CUDA IPC handles.
     Alloc {
         /// Bytes per buffer.
         bytes: Vec<u64>,
+        /// Nonzero: share through the inbox (the number marks this request's descriptors).
+        #[serde(default)]
+        share_token: u64,
     },
     /// One run: L2 flush (untimed), start event, `zero` ranges zeroed, the launches, end
     /// event, synchronise. Answers with the time between the events.
@@ -104,10 +111,14 @@ pub enum RunnerCmd {
 pub enum RunnerReply {
     /// The module is loaded.
     Loaded,
-    /// The buffers exist; one IPC handle (base64) per buffer.
+    /// The buffers exist: their file descriptors went to the inbox (`shared`), or here is
+    /// one IPC handle (base64) per buffer.
     Allocated {
-        /// Handles, in the order asked.
+        /// Legacy IPC handles, in the order asked (empty when `shared`).
         handles: Vec<String>,
+        /// The descriptors of the buffers, in the order asked, went to the harness's inbox.
+        #[serde(default)]
+        shared: bool,
         /// The buffers' addresses in the runner's own address space (for tests of the
         /// isolation: they mean nothing in any other process).
         pointers: Vec<u64>,
@@ -193,6 +204,41 @@ impl RunnerState {
             .collect::<Result<_, _>>()?;
         self.module = Some(module);
         Ok(())
+    }
+
+    /// Shareable buffers whose descriptors went to the harness's inbox; `None` when this
+    /// runner cannot share that way (no inbox, or the driver refused shareable memory), and
+    /// `Some(Err)` when the descriptors could not be sent (ours, not the kernels').
+    fn alloc_shared(&mut self, bytes: &[u64], token: u64) -> Option<Result<(), String>> {
+        let inbox = std::env::var(super::fdpass::INBOX_ENV).ok()?;
+        self.free_buffers();
+        for (i, &b) in bytes.iter().enumerate() {
+            match self.gpu.alloc_shared(b as usize, &format!("buffer {i}")) {
+                Ok(buf) => self.buffers.push(buf),
+                Err(_) => {
+                    self.free_buffers();
+                    return None;
+                }
+            }
+        }
+        let fds = match self
+            .buffers
+            .iter()
+            .map(DeviceBuffer::export_fd)
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(fds) => fds,
+            Err(_) => {
+                self.free_buffers();
+                return None;
+            }
+        };
+        let borrowed: Vec<std::os::fd::BorrowedFd> =
+            fds.iter().map(std::os::fd::AsFd::as_fd).collect();
+        Some(
+            super::fdpass::send_fds(&inbox, token, &borrowed)
+                .map_err(|e| format!("cannot send buffer descriptors to the harness: {e}")),
+        )
     }
 
     fn alloc(&mut self, bytes: &[u64]) -> Result<(Vec<String>, Vec<u64>), CudaError> {
@@ -287,12 +333,27 @@ impl Handler for RunnerHandler {
                 Ok(()) => Handled::ok(RunnerReply::Loaded),
                 Err(e) => failed(e),
             },
-            RunnerCmd::Alloc { bytes } => match state.alloc(&bytes) {
-                Ok((handles, pointers)) => {
-                    Handled::ok(RunnerReply::Allocated { handles, pointers })
+            RunnerCmd::Alloc { bytes, share_token } => {
+                let shared = (share_token != 0)
+                    .then(|| state.alloc_shared(&bytes, share_token))
+                    .flatten();
+                match shared {
+                    Some(Ok(())) => Handled::ok(RunnerReply::Allocated {
+                        handles: Vec::new(),
+                        shared: true,
+                        pointers: state.buffers.iter().map(|b| b.ptr).collect(),
+                    }),
+                    Some(Err(reason)) => Handled::refused(reason),
+                    None => match state.alloc(&bytes) {
+                        Ok((handles, pointers)) => Handled::ok(RunnerReply::Allocated {
+                            handles,
+                            shared: false,
+                            pointers,
+                        }),
+                        Err(e) => failed(e),
+                    },
                 }
-                Err(e) => failed(e),
-            },
+            }
             RunnerCmd::Run {
                 launches,
                 zero,
@@ -349,8 +410,18 @@ impl std::fmt::Display for RunnerFault {
 /// The harness's handle on one runner process.
 pub(crate) struct RunnerClient {
     pool: Pool<RunnerCmd, RunnerReply>,
+    /// Where the runner sends its buffers' descriptors (`None`: legacy CUDA IPC only).
+    inbox: Option<FdInbox>,
     /// The module loaded now (a hash of the cubin), to skip reloading a trusted one.
     pub loaded: Option<u64>,
+}
+
+/// How the harness maps one of a runner's buffers.
+pub(crate) enum BufferShare {
+    /// A shareable buffer's file descriptor (the VMM API: full-speed access).
+    Fd(std::os::fd::OwnedFd),
+    /// A legacy CUDA IPC handle.
+    Ipc(IpcHandle),
 }
 
 impl RunnerClient {
@@ -358,10 +429,21 @@ impl RunnerClient {
     pub fn new(what: &str) -> Result<RunnerClient, String> {
         let exe = std::env::current_exe()
             .map_err(|e| format!("cannot find this executable to start the {what} runner: {e}"))?;
-        let spec: WorkerSpec = crate::worker::WorkerCommand::new(exe, crate::worker::Role::Runner)
-            .spec(crate::worker::Role::Runner);
+        let mut spec: WorkerSpec =
+            crate::worker::WorkerCommand::new(exe, crate::worker::Role::Runner)
+                .spec(crate::worker::Role::Runner);
+        // Without an inbox the runner's buffers are mapped through legacy CUDA IPC (slower
+        // for the harness's own kernels, the same for the runner's).
+        let inbox = FdInbox::new().ok();
+        if let Some(inbox) = &inbox {
+            spec.env.push((
+                super::fdpass::INBOX_ENV.to_string(),
+                inbox.name().to_string(),
+            ));
+        }
         Ok(RunnerClient {
             pool: Pool::new(vec![spec]),
+            inbox,
             loaded: None,
         })
     }
@@ -432,13 +514,35 @@ impl RunnerClient {
         }
     }
 
-    /// Allocates buffers; returns their IPC handles.
+    /// Allocates buffers; returns how to map each, in order.
     pub fn alloc(
         &mut self,
         bytes: Vec<u64>,
         limit: Duration,
-    ) -> Result<Vec<IpcHandle>, RunnerFault> {
-        match self.call(&RunnerCmd::Alloc { bytes }, limit)? {
+    ) -> Result<Vec<BufferShare>, RunnerFault> {
+        let count = bytes.len();
+        let share_token = match &self.inbox {
+            Some(_) => super::fdpass::fresh_token().unwrap_or(0),
+            None => 0,
+        };
+        match self.call(&RunnerCmd::Alloc { bytes, share_token }, limit)? {
+            RunnerReply::Allocated { shared: true, .. } => {
+                let inbox = self
+                    .inbox
+                    .as_ref()
+                    .filter(|_| share_token != 0)
+                    .ok_or_else(|| {
+                        RunnerFault::Unavailable("runner shared buffers nobody asked for".into())
+                    })?;
+                let fds = inbox
+                    .receive(share_token, count, limit.min(Duration::from_secs(10)))
+                    .map_err(|e| {
+                        RunnerFault::Unavailable(format!(
+                            "the runner's buffer descriptors did not arrive: {e}"
+                        ))
+                    })?;
+                Ok(fds.into_iter().map(BufferShare::Fd).collect())
+            }
             RunnerReply::Allocated { handles, .. } => handles
                 .iter()
                 .map(|h| {
@@ -446,6 +550,7 @@ impl RunnerClient {
                         .decode(h)
                         .ok()
                         .and_then(|v| IpcHandle::try_from(v.as_slice()).ok())
+                        .map(BufferShare::Ipc)
                         .ok_or_else(|| {
                             RunnerFault::Unavailable("runner sent a malformed IPC handle".into())
                         })

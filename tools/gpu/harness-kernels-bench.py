@@ -1,91 +1,50 @@
-# Times the harness kernels (support.cu) against copy-based alternatives on 50M f32.
-import cupy as cp, sys, time
+# GPU machine: times the harness kernels of src/exec/support.cu on the timed config of
+# vector_add (50,331,651 f32), one target and 17 targets per launch, against plain memcpy.
+# Usage: python3 tools/gpu/harness-kernels-bench.py src/exec/support.cu
+import cupy as cp, sys, struct
 src = open(sys.argv[1]).read()
-extra = r'''
-template <typename T>
-__device__ void verify_copy(const T* buf, const T* pristine, unsigned long long n, CompareStats* st) {
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long mism = 0, first = ~0ULL;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        if (!same_bits(buf[i], pristine[i])) { mism++; if (i < first) first = i; }
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-        mism += __shfl_down_sync(0xffffffffu, mism, off);
-        first = min(first, __shfl_down_sync(0xffffffffu, first, off));
-    }
-    if ((threadIdx.x & 31) == 0 && mism) { atomicAdd(&st->mismatches, mism); atomicMin(&st->first_index, first); }
-}
-template <typename T>
-__device__ void compare_fast(const T* got, const T* want, unsigned long long n, double atol, double rtol,
-                        int nan_equal, CompareStats* st) {
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long mism = 0, unwr = 0, first = ~0ULL, nonfin = 0;
-    double max_abs = 0.0, max_rel = 0.0;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        T gr = got[i], wr = want[i];
-        if (same_bits(gr, wr)) continue;
-        double g = to_double(gr), w = to_double(wr);
-        bool ok;
-        if (isnan(w) || isnan(g)) {
-            ok = isnan(w) && isnan(g) && (nan_equal || !is_poison(gr) || is_poison(wr));
-        } else if (isinf(w) || isinf(g)) {
-            ok = g == w;
-        } else {
-            double d = fabs(g - w);
-            ok = d <= atol + rtol * fabs(w);
-            max_abs = fmax(max_abs, d);
-            if (w != 0.0) max_rel = fmax(max_rel, d / fabs(w));
-        }
-        if (!ok) { mism++; if (i < first) first = i; if (!(isfinite(g) && isfinite(w))) nonfin++; }
-        if (is_poison(gr) && !is_poison(wr)) unwr++;
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-        mism += __shfl_down_sync(0xffffffffu, mism, off);
-        unwr += __shfl_down_sync(0xffffffffu, unwr, off);
-        nonfin += __shfl_down_sync(0xffffffffu, nonfin, off);
-        first = min(first, __shfl_down_sync(0xffffffffu, first, off));
-        max_abs = fmax(max_abs, __shfl_down_sync(0xffffffffu, max_abs, off));
-        max_rel = fmax(max_rel, __shfl_down_sync(0xffffffffu, max_rel, off));
-    }
-    if ((threadIdx.x & 31) == 0) {
-        if (mism) atomicAdd(&st->mismatches, mism);
-        if (unwr) atomicAdd(&st->unwritten, unwr);
-        if (nonfin) atomicAdd(&st->nonfinite_mismatch, nonfin);
-        if (first != ~0ULL) atomicMin(&st->first_index, first);
-        atomic_max_bits(&st->max_abs_bits, max_abs);
-        atomic_max_bits(&st->max_rel_bits, max_rel);
-    }
-}
-extern "C" __global__ void verify_copy_f32(const float* b, const float* p, unsigned long long n, CompareStats* st) { verify_copy<float>(b, p, n, st); }
-extern "C" __global__ void compare_fast_f32(const float* g, const float* w, unsigned long long n, double atol, double rtol, int ne, CompareStats* st) { compare_fast<float>(g, w, n, atol, rtol, ne, st); }
-'''
-mod = cp.RawModule(code=src + extra, backend='nvcc', options=('-std=c++17', '-arch=sm_90'))
+mod = cp.RawModule(code=src, backend='nvcc', options=('-std=c++17', '-arch=sm_90'))
 n = 50331651
 sms = cp.cuda.runtime.getDeviceProperties(0)['multiProcessorCount']
-grid = (min((n + 255)//256, sms*16),); block = (256,)
-a = cp.empty(n, cp.float32); b = cp.empty(n, cp.float32); c = cp.empty(n, cp.float32)
-st = cp.zeros(6, cp.uint64)
-N = cp.uint64(n); seed = cp.uint64(12345)
-def t(name, f, reps=20):
+max_blocks = sms * 16
+MAXT = 32
+def targets(ptrs, slots):
+    p = list(ptrs) + [0] * (MAXT - len(ptrs)); s = list(slots) + [0] * (MAXT - len(slots))
+    return struct.pack(f'<{MAXT}Q{MAXT}Qi4x', *p, *s, len(ptrs))
+def t(name, f, reps=10):
     f(); cp.cuda.Device().synchronize()
     s, e = cp.cuda.Event(), cp.cuda.Event()
     s.record()
     for _ in range(reps): f()
     e.record(); e.synchronize()
     ms = cp.cuda.get_elapsed_time(s, e) / reps
-    print(f"{name:40s} {ms*1e3:8.1f} us")
-    return ms
-fill = mod.get_function('fill_f32'); ver = mod.get_function('verify_f32'); cmpk = mod.get_function('compare_f32')
-vc = mod.get_function('verify_copy_f32'); cf = mod.get_function('compare_fast_f32')
-for mode, A, B in [(0, -1.0, 1.0), (1, 0.0, 1.0)]:
-    t(f"fill mode {mode}", lambda: fill(grid, block, (a, N, seed, cp.int32(mode), cp.float64(A), cp.float64(B))))
-    t(f"verify (regenerate) mode {mode}", lambda: ver(grid, block, (a, N, seed, cp.int32(mode), cp.float64(A), cp.float64(B), st)))
-fill(grid, block, (a, N, seed, cp.int32(0), cp.float64(-1), cp.float64(1)))
-t("memcpy D2D 200MB", lambda: b.data.copy_from_device_async(a.data, 4*n))
-t("memset 0xFF 200MB", lambda: c.data.memset_async(0xFF, 4*n))
-t("verify_copy (bitwise vs pristine)", lambda: vc(grid, block, (b, a, N, st)))
-t("compare (double, equal data)", lambda: cmpk(grid, block, (b, a, N, cp.float64(1e-6), cp.float64(1e-6), cp.int32(0), st)))
-t("compare_fast (equal data)", lambda: cf(grid, block, (b, a, N, cp.float64(1e-6), cp.float64(1e-6), cp.int32(0), st)))
-c[:] = a * (1 + 1e-7)
-t("compare (double, near data)", lambda: cmpk(grid, block, (c, a, N, cp.float64(1e-6), cp.float64(1e-6), cp.int32(0), st)))
-t("compare_fast (near data)", lambda: cf(grid, block, (c, a, N, cp.float64(1e-6), cp.float64(1e-6), cp.int32(0), st)))
+    print(f"{name:55s} {ms*1e3:9.1f} us", flush=True)
+import ctypes
+u64 = lambda v: ctypes.c_uint64(v); f64 = lambda v: ctypes.c_double(v); i32 = lambda v: ctypes.c_int32(v)
+fill = mod.get_function('fill_f32'); copy = mod.get_function('copy_fanout')
+cmpk = mod.get_function('compare_f32'); ver = mod.get_function('verify_f32')
+pristine = cp.empty(n, cp.float32)
+fill((min((n+255)//256, max_blocks),), (256,), (pristine, cp.uint64(n), cp.uint64(7), cp.int32(0), cp.float64(-1), cp.float64(1)))
+sides = [cp.empty(n, cp.float32) for _ in range(17)]
+slots = cp.zeros((32, 6), cp.uint64)
+nbytes = 4 * n; chunks = (nbytes + 15) // 16
+def L(fn, count, items, targ, *rest):
+    vals = [ctypes.create_string_buffer(targ, len(targ))] + list(rest)
+    ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+    parts = max(1, min((items + 255) // 256, max(1, max_blocks // count)))
+    cp.cuda.driver.launchKernel(fn.kernel.ptr if hasattr(fn, 'kernel') else fn.ptr, parts * count, 1, 1, 256, 1, 1, 0,
+                                cp.cuda.get_current_stream().ptr, ctypes.addressof(ptrs), 0)
+t("fill (hash) 1 buffer", lambda: fill((min((n+255)//256, max_blocks),), (256,), (pristine, cp.uint64(n), cp.uint64(7), cp.int32(0), cp.float64(-1), cp.float64(1))))
+t("memcpy D2D 1 buffer", lambda: sides[0].data.copy_from_device_async(pristine.data, nbytes))
+t("memcpy D2D x17", lambda: [s.data.copy_from_device_async(pristine.data, nbytes) for s in sides])
+t("copy_fanout 1 target", lambda: L(copy, 1, chunks, targets([sides[0].data.ptr], []), u64(pristine.data.ptr), u64(nbytes)))
+t("copy_fanout 17 targets", lambda: L(copy, 17, chunks, targets([s.data.ptr for s in sides], []), u64(pristine.data.ptr), u64(nbytes)))
+t("copy_fanout 1 target x17 launches", lambda: [L(copy, 1, chunks, targets([s.data.ptr], []), u64(pristine.data.ptr), u64(nbytes)) for s in sides])
+sl = [slots[k].data.ptr for k in range(17)]
+t("verify 1 target", lambda: L(ver, 1, chunks, targets([sides[0].data.ptr], sl[:1]), u64(pristine.data.ptr), u64(n)))
+t("verify 16 targets", lambda: L(ver, 16, chunks, targets([s.data.ptr for s in sides[:16]], sl[:16]), u64(pristine.data.ptr), u64(n)))
+t("verify 1 target x16 launches", lambda: [L(ver, 1, chunks, targets([s.data.ptr], sl[:1]), u64(pristine.data.ptr), u64(n)) for s in sides[:16]])
+t("compare 16 targets (equal)", lambda: L(cmpk, 16, chunks, targets([s.data.ptr for s in sides[:16]], sl[:16]), u64(pristine.data.ptr), u64(n), f64(1e-6), f64(1e-6), i32(0)))
+t("compare 1 target x16 launches (equal)", lambda: [L(cmpk, 1, chunks, targets([s.data.ptr], sl[:1]), u64(pristine.data.ptr), u64(n), f64(1e-6), f64(1e-6), i32(0)) for s in sides[:16]])
+t("memset 0xFF x17", lambda: [s.data.memset_async(0xFF, nbytes) for s in sides])
+print("slot 0 after:", slots[0].get().tolist())
