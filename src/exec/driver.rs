@@ -398,11 +398,13 @@ struct Vmm {
 }
 
 impl Vmm {
-    /// Unmaps, frees the address range and releases the allocation (errors after a sticky
-    /// fault are moot).
+    /// Waits for the context's work (unlike cuMemFree, cuMemUnmap does not: a scrub still
+    /// in flight would fault on the unmapped range), then unmaps, frees the address range
+    /// and releases the allocation (errors after a sticky fault are moot).
     fn release(&self, ptr: sys::CUdeviceptr) {
-        // SAFETY: mapped once at ptr over size, undone once here.
+        // SAFETY: mapped once at ptr over size, undone once here; the context is current.
         unsafe {
+            let _ = sys::cuCtxSynchronize();
             let _ = sys::cuMemUnmap(ptr, self.size);
             let _ = sys::cuMemAddressFree(ptr, self.size);
             let _ = sys::cuMemRelease(self.handle);
@@ -564,10 +566,10 @@ impl DeviceBuffer {
         Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
     }
 
-    /// Overwrites the contents with 0xFF now (synchronously), so that whatever allocates
-    /// this memory next finds nothing of ours.
+    /// Overwrites the contents with 0xFF, so that whatever allocates this memory next finds
+    /// nothing of ours (enqueued: device memsets do not wait; the free waits for it).
     pub fn scrub(&self) {
-        // SAFETY: synchronous memset of owned memory; an error after a sticky fault is moot.
+        // SAFETY: memset of owned memory; an error after a sticky fault is moot.
         unsafe {
             let _ = sys::cuMemsetD8_v2(self.ptr, 0xFF, self.bytes);
         }
