@@ -13,6 +13,7 @@ use cudaperf::reward::{
     presets, Context, CorrectReward, EvalOptions, Evaluator, Reward, RewardError, Stage,
     Submission, Verdict,
 };
+use cudaperf::task::Task;
 
 /// Guards the bug seen on the H200: an unwritten (NaN) output made the worker's answer
 /// unparsable (`null` for an f64). NaN must survive the protocol as NaN.
@@ -234,4 +235,48 @@ fn invalid_launch_is_found_without_a_gpu() {
         .expect("scored")
         .value;
     assert_eq!(v, -0.5);
+}
+
+/// Several groups scored together come back in order, each as `evaluate_batch` scores it
+/// alone: compiled, and the GPU stages `Unavailable` here (a compile error stays one).
+#[test]
+fn groups_scored_together_match_groups_scored_alone() {
+    require_nvrtc!();
+    let vector_add = common::vector_add();
+    let softmax = Task::load(common::fixture("tasks/softmax_rows")).expect("task");
+    let subs = |t: &Task| {
+        vec![
+            Submission::from_source(t.reference.source.clone()),
+            Submission::from_source(t.reference.source.replacen('{', "{ int broken = ;", 1)),
+            Submission::from_source(format!("// copy\n{}", t.reference.source)),
+        ]
+    };
+    let (a, b) = (subs(&vector_add), subs(&softmax));
+    let together = cpu_evaluator().evaluate_groups(
+        &[(&vector_add, &a), (&softmax, &b), (&vector_add, &b[..1])],
+        Stage::Timing,
+    );
+    assert_eq!(
+        together.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![3, 3, 1]
+    );
+    let alone = cpu_evaluator();
+    for (evals, (task, group)) in together.iter().zip([
+        (&vector_add, &a[..]),
+        (&softmax, &b[..]),
+        (&vector_add, &b[..1]),
+    ]) {
+        let want = alone.evaluate_batch(task, group, Stage::Timing);
+        for (got, want) in evals.iter().zip(&want) {
+            assert_eq!(got.verdict(), want.verdict(), "{}", task.id);
+            assert_eq!(
+                got.stages.compile.as_ref().map(|c| c.ok),
+                want.stages.compile.as_ref().map(|c| c.ok)
+            );
+        }
+    }
+    assert_eq!(together[0][0].verdict(), Verdict::Unavailable);
+    assert_eq!(together[0][1].verdict(), Verdict::CompileError);
+    // softmax's reference submitted to vector_add's group-of-one: its own verdict.
+    assert_ne!(together[2][0].verdict(), Verdict::Correct);
 }

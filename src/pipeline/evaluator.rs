@@ -308,6 +308,47 @@ impl Evaluator {
             .collect()
     }
 
+    /// Evaluates several groups, each one task's submissions, one list of evaluations per
+    /// group, in order. The CPU stages of a group run while earlier groups are on the GPUs:
+    /// a thread compiles the groups one after another, and each group's GPU stages start as
+    /// soon as its compiles are through (groups run side by side when there are several GPU
+    /// workers). Each group is scored as [`evaluate_batch`](Self::evaluate_batch) would.
+    pub fn evaluate_groups(
+        &self,
+        groups: &[(&Task, &[Submission])],
+        upto: Stage,
+    ) -> Vec<Vec<Evaluation>> {
+        if upto <= Stage::Ranker || groups.len() < 2 {
+            return groups
+                .iter()
+                .map(|(task, subs)| self.evaluate_batch(task, subs, upto))
+                .collect();
+        }
+        let (ready, compiled) = std::sync::mpsc::channel::<usize>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for (k, (task, subs)) in groups.iter().enumerate() {
+                    let _ = self.evaluate_batch(task, subs, Stage::Ranker);
+                    if ready.send(k).is_err() {
+                        return;
+                    }
+                }
+            });
+            let running: Vec<_> = compiled
+                .iter()
+                .map(|k| {
+                    let (task, subs) = groups[k];
+                    (k, s.spawn(move || self.evaluate_batch(task, subs, upto)))
+                })
+                .collect();
+            let mut out: Vec<Vec<Evaluation>> = vec![Vec::new(); groups.len()];
+            for (k, h) in running {
+                out[k] = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            }
+            out
+        })
+    }
+
     /// Evaluates submissions up to `upto`, at most [`Stage::Ranker`] (the stages that need no
     /// GPU), in parallel on the compile workers' threads, and calls `done(i, &evaluation)` for
     /// each submission as soon as its own stages are through — from those threads, in no
