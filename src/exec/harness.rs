@@ -2,16 +2,19 @@
 //!
 //! The harness never runs a candidate's code. It keeps a [runner](super::runner) process
 //! for the reference and one per member of a group (a single candidate is a group of one),
-//! each with its own CUDA context, and maps their buffers into its own context through CUDA
-//! IPC. Every side has its own inputs; the reference's outputs, the saved copies and the
-//! checks live in the reference's runner or here, where no member's kernels can address
-//! them, and no member can address another's.
+//! each with its own CUDA context, and maps their buffers into its own context (the VMM API:
+//! each runner sends file descriptors of its buffers, see [`super::fdpass`]; legacy CUDA IPC
+//! where that is not possible). Every side has its own inputs; the reference's outputs, the
+//! saved copies, the generated inputs and the checks live in the reference's runner or here,
+//! where no member's kernels can address them, and no member can address another's. A side's
+//! buffers are allocated once per job, at their largest size over the configurations.
 //!
 //! Per configuration ([`super::checks`]): set A (reference once, every member once),
 //! set A again (members only, fresh poison), set B. Timing ([`super::timed`]) on the
 //! largest configuration for the members that passed every configuration: per run, fresh
-//! inputs for every side, the reference and the members in an order drawn per run, every
-//! member's outputs compared with that run's reference outputs and its inputs verified.
+//! inputs (generated once here, copied into every side), the reference and the members in
+//! an order drawn per run, every member's outputs compared with that run's reference
+//! outputs and its inputs verified against the generated copy.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -1,10 +1,11 @@
 //! One side of a GPU job, in a process of its own: the `runner` worker role.
 //!
-//! The harness (the `gpu` worker) starts two runners, one for the reference and one for the
-//! candidate. A runner holds one module and the buffers of one configuration in its own
-//! CUDA context, which has its own address space: a kernel running there can reach nothing
-//! the other side, the harness or an earlier candidate owns, whatever addresses it tries.
-//! The harness maps the runner's buffers into its own context through CUDA IPC (the
+//! The harness (the `gpu` worker) starts a runner for the reference and one per member of a
+//! group. A runner holds one module and the buffers of one job in its own CUDA context,
+//! which has its own address space: a kernel running there can reach nothing the other
+//! sides, the harness or an earlier candidate owns, whatever addresses it tries. The
+//! harness maps the runner's buffers into its own context (shareable VMM memory whose file
+//! descriptors the runner sends to the harness's inbox, or legacy CUDA IPC handles; the
 //! direction is one-way: the runner is never given a handle), writes fresh inputs and
 //! poison into them, and compares outputs there. The runner only times what the harness
 //! asks for: an L2 flush (untimed), then, between two events on its stream, the zeroing of
