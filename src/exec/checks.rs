@@ -21,6 +21,9 @@ use super::timing::{derive_seed, domain};
 use super::values::element_value;
 use crate::task::Direction;
 
+/// A member that ran: its index, its buffers, and the saved copies of its outputs.
+type RanMember = (usize, Vec<DevSlice>, Vec<DevSlice>);
+
 /// Comparisons and input verifications to enqueue together and wait for once.
 #[derive(Default)]
 pub(crate) struct Batch {
@@ -169,12 +172,20 @@ impl Harness {
         })
     }
 
-    /// Runs every active member once; returns the members that ran.
-    fn run_members(&mut self, st: &mut JobState, plans: &[SidePlan]) -> Run<Vec<usize>> {
+    /// Runs every active member once; returns those that ran, with their buffers (live and
+    /// saved copies).
+    fn run_members(
+        &mut self,
+        st: &mut JobState,
+        plans: &[SidePlan],
+        mem: &ConfigMemory,
+    ) -> Run<Vec<RanMember>> {
         let mut ran = Vec::new();
         for i in st.active() {
             if let SideRun::Ok(_) = self.run(st, Who::Member(i), &plans[i], false)? {
-                ran.push(i);
+                if let Some(side) = mem.side(Who::Member(i)) {
+                    ran.push((i, side.slices(), side.saved_slices()));
+                }
             }
         }
         Ok(ran)
@@ -218,10 +229,6 @@ impl Harness {
         let seed_b = derive_seed(job.seed, domain::SET_B, k as u64);
         let members_of =
             |st: &JobState| -> Vec<Who> { st.active().into_iter().map(Who::Member).collect() };
-        let own = |i: usize| {
-            mem.side(Who::Member(i))
-                .map(|s| (s.slices(), s.saved_slices()))
-        };
 
         // Set A: the reference once, every member once.
         let mut sides = vec![Who::Reference];
@@ -229,11 +236,7 @@ impl Harness {
         self.prepare(st, c, mem, &sides, seed_a)?;
         self.run(st, Who::Reference, &plans.reference, false)?;
         let mut again_ref = vec![0u64; job.candidates.len()];
-        let ran: Vec<(usize, Vec<DevSlice>, Vec<DevSlice>)> = self
-            .run_members(st, &plans.members)?
-            .into_iter()
-            .filter_map(|i| own(i).map(|(live, saved)| (i, live, saved)))
-            .collect();
+        let ran = self.run_members(st, &plans.members, mem)?;
         let mut batch = Batch::default();
         for (_, live, _) in &ran {
             batch.compare(live.clone(), reference.clone(), false, false);
@@ -265,11 +268,7 @@ impl Harness {
         // Set A again, members only, on fresh poison: races and first-call-only work.
         let members = members_of(st);
         self.prepare(st, c, mem, &members, seed_a)?;
-        let ran: Vec<(usize, Vec<DevSlice>, Vec<DevSlice>)> = self
-            .run_members(st, &plans.members)?
-            .into_iter()
-            .filter_map(|i| own(i).map(|(live, saved)| (i, live, saved)))
-            .collect();
+        let ran = self.run_members(st, &plans.members, mem)?;
         let mut batch = Batch::default();
         for (_, live, saved) in &ran {
             batch.compare(live.clone(), saved.clone(), true, false);
@@ -289,11 +288,7 @@ impl Harness {
             sides.extend(members_of(st));
             self.prepare(st, c, mem, &sides, seed_b)?;
             self.run(st, Who::Reference, &plans.reference, false)?;
-            let ran: Vec<(usize, Vec<DevSlice>, Vec<DevSlice>)> = self
-                .run_members(st, &plans.members)?
-                .into_iter()
-                .filter_map(|i| own(i).map(|(live, saved)| (i, live, saved)))
-                .collect();
+            let ran = self.run_members(st, &plans.members, mem)?;
             let mut batch = Batch::default();
             for (_, live, saved) in &ran {
                 batch.compare(live.clone(), reference.clone(), false, false);

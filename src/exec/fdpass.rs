@@ -143,35 +143,47 @@ fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
     Ok(cred.uid)
 }
 
+/// A message header over one data buffer and a control buffer of `space` bytes (`control`
+/// must hold at least that many, 8-byte aligned); both must outlive the header's use.
+fn header(iov: &mut libc::iovec, control: &mut [u64], space: usize) -> libc::msghdr {
+    // SAFETY: a zeroed msghdr is valid; the pointers set below are the caller's buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    msg
+}
+
+/// Control-buffer bytes for `fds` descriptors, and a buffer that holds them.
+fn control_for(fds: usize) -> (usize, Vec<u64>) {
+    let data_len = (fds * std::mem::size_of::<RawFd>()) as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
+    (space, vec![0u64; space.div_ceil(8)])
+}
+
 fn send_message(stream: &UnixStream, token: u64, fds: &[RawFd]) -> io::Result<()> {
     let mut data = token.to_le_bytes();
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
         iov_len: data.len(),
     };
-    let data_len = std::mem::size_of_val(fds) as u32;
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: the control buffer holds one header of CMSG_LEN(data_len) bytes.
+    let (space, mut control) = control_for(fds.len());
+    let msg = header(&mut iov, &mut control, space);
+    // SAFETY: the control buffer holds one header of CMSG_LEN(bytes of fds).
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as _;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as _;
         std::ptr::copy_nonoverlapping(
             fds.as_ptr(),
             libc::CMSG_DATA(cmsg).cast::<RawFd>(),
             fds.len(),
         );
     }
-    // SAFETY: msg is fully initialised above.
+    // SAFETY: msg points at live buffers of the sizes it states.
     let sent = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
     if sent < 0 {
         return Err(io::Error::last_os_error());
@@ -186,16 +198,8 @@ fn recv_message(stream: &UnixStream, most: usize) -> io::Result<(Option<u64>, Ve
         iov_base: data.as_mut_ptr().cast(),
         iov_len: data.len(),
     };
-    let data_len = (most * std::mem::size_of::<RawFd>()) as u32;
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let (space, mut control) = control_for(most);
+    let mut msg = header(&mut iov, &mut control, space);
     // SAFETY: msg points at live buffers of the sizes it states.
     let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {

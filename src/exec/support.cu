@@ -186,27 +186,36 @@ __device__ __forceinline__ void flush_tally(Tally y, CompareStats* st) {
     }
 }
 
+// Calls on_diff(x, y, index) for every element of this thread's share of the target whose
+// bits differ from `other`'s: 16-byte chunks first (equal chunks skipped whole), then the
+// elements past the last chunk.
+template <typename T, typename F>
+__device__ __forceinline__ void each_difference(const Part& p, const T* mine, const T* other,
+                                                unsigned long long n, F on_diff) {
+    const unsigned long long per = 16 / sizeof(T);
+    unsigned long long chunks = chunks_of<T>(mine, other, n);
+    const uint4* m4 = reinterpret_cast<const uint4*>(mine);
+    const uint4* o4 = reinterpret_cast<const uint4*>(other);
+    for (unsigned long long c = p.first; c < chunks; c += p.step) {
+        uint4 mc = m4[c], oc = o4[c];
+        if (same_chunk(mc, oc)) continue;
+        const T* me = reinterpret_cast<const T*>(&mc);
+        const T* oe = reinterpret_cast<const T*>(&oc);
+        for (unsigned long long k = 0; k < per; ++k)
+            if (!same_bits(me[k], oe[k])) on_diff(me[k], oe[k], c * per + k);
+    }
+    for (unsigned long long i = chunks * per + p.first; i < n; i += p.step)
+        if (!same_bits(mine[i], other[i])) on_diff(mine[i], other[i], i);
+}
+
 // Compares n elements of every target (`got`) with `want`, into the target's slot.
 template <typename T>
 __device__ void compare(const Targets& t, const T* want, unsigned long long n, double atol, double rtol,
                         int nan_equal) {
     Part p = part_of(t);
-    const T* got = reinterpret_cast<const T*>(t.ptr[p.who]);
     Tally y;
-    const unsigned long long per = 16 / sizeof(T);
-    unsigned long long chunks = chunks_of<T>(got, want, n);
-    const uint4* g4 = reinterpret_cast<const uint4*>(got);
-    const uint4* w4 = reinterpret_cast<const uint4*>(want);
-    for (unsigned long long c = p.first; c < chunks; c += p.step) {
-        uint4 gc = g4[c], wc = w4[c];
-        if (same_chunk(gc, wc)) continue;
-        const T* ge = reinterpret_cast<const T*>(&gc);
-        const T* we = reinterpret_cast<const T*>(&wc);
-        for (unsigned long long k = 0; k < per; ++k)
-            if (!same_bits(ge[k], we[k])) compare_one<T>(ge[k], we[k], c * per + k, atol, rtol, nan_equal, y);
-    }
-    for (unsigned long long i = chunks * per + p.first; i < n; i += p.step)
-        if (!same_bits(got[i], want[i])) compare_one<T>(got[i], want[i], i, atol, rtol, nan_equal, y);
+    each_difference<T>(p, reinterpret_cast<const T*>(t.ptr[p.who]), want, n,
+                       [&](T g, T w, unsigned long long i) { compare_one<T>(g, w, i, atol, rtol, nan_equal, y); });
     flush_tally(y, reinterpret_cast<CompareStats*>(t.slot[p.who]));
 }
 
@@ -215,28 +224,12 @@ __device__ void compare(const Targets& t, const T* want, unsigned long long n, d
 template <typename T>
 __device__ void verify(const Targets& t, const T* pristine, unsigned long long n) {
     Part p = part_of(t);
-    const T* buf = reinterpret_cast<const T*>(t.ptr[p.who]);
     Tally y;
-    const unsigned long long per = 16 / sizeof(T);
-    unsigned long long chunks = chunks_of<T>(buf, pristine, n);
-    const uint4* b4 = reinterpret_cast<const uint4*>(buf);
-    const uint4* p4 = reinterpret_cast<const uint4*>(pristine);
-    for (unsigned long long c = p.first; c < chunks; c += p.step) {
-        uint4 bc = b4[c], pc = p4[c];
-        if (same_chunk(bc, pc)) continue;
-        const T* be = reinterpret_cast<const T*>(&bc);
-        const T* pe = reinterpret_cast<const T*>(&pc);
-        for (unsigned long long k = 0; k < per; ++k)
-            if (!same_bits(be[k], pe[k])) {
-                y.mism++;
-                y.first = min(y.first, c * per + k);
-            }
-    }
-    for (unsigned long long i = chunks * per + p.first; i < n; i += p.step)
-        if (!same_bits(buf[i], pristine[i])) {
-            y.mism++;
-            y.first = min(y.first, i);
-        }
+    each_difference<T>(p, reinterpret_cast<const T*>(t.ptr[p.who]), pristine, n,
+                       [&](T, T, unsigned long long i) {
+                           y.mism++;
+                           y.first = min(y.first, i);
+                       });
     flush_tally(y, reinterpret_cast<CompareStats*>(t.slot[p.who]));
 }
 
