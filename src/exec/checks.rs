@@ -12,7 +12,7 @@
 
 use super::driver::DevSlice;
 use super::harness::{
-    ours, ConfigMemory, ConfigPlans, Harness, JobState, Run, SidePlan, SideRun, Who,
+    ours, ConfigPlans, Harness, JobMemory, JobState, Run, SidePlan, SideRun, Who,
 };
 use super::job::JobConfig;
 use super::report::{ConfigCheck, Mismatch};
@@ -71,7 +71,7 @@ impl Harness {
         &self,
         st: &mut JobState,
         c: &JobConfig,
-        mem: &ConfigMemory,
+        mem: &JobMemory,
         batch: &Batch,
     ) -> Run<Found> {
         let job = st.job;
@@ -178,7 +178,7 @@ impl Harness {
         &mut self,
         st: &mut JobState,
         plans: &[SidePlan],
-        mem: &ConfigMemory,
+        mem: &JobMemory,
     ) -> Run<Vec<RanMember>> {
         let mut ran = Vec::new();
         for i in st.active() {
@@ -197,7 +197,7 @@ impl Harness {
         st: &mut JobState,
         k: usize,
         c: &JobConfig,
-        mem: &ConfigMemory,
+        mem: &JobMemory,
         plans: &ConfigPlans,
     ) -> Run<()> {
         let job = st.job;

@@ -142,8 +142,8 @@ impl Drop for SideMemory {
     }
 }
 
-/// One configuration's device memory, as the harness sees it.
-pub(crate) struct ConfigMemory {
+/// A job's device memory, as the harness sees it (each config uses the start of every buffer).
+pub(crate) struct JobMemory {
     pub reference: SideMemory,
     /// Per member (`None` for members no longer running).
     pub members: Vec<Option<SideMemory>>,
@@ -154,7 +154,7 @@ pub(crate) struct ConfigMemory {
     pub pristine_seed: std::cell::Cell<Option<u64>>,
 }
 
-impl ConfigMemory {
+impl JobMemory {
     pub fn side(&self, who: Who) -> Option<&SideMemory> {
         match who {
             Who::Reference => Some(&self.reference),
@@ -692,7 +692,7 @@ impl Harness {
         Ok(left)
     }
 
-    fn alloc_job(&mut self, st: &mut JobState, sizes: &JobSizes) -> Run<ConfigMemory> {
+    fn alloc_job(&mut self, st: &mut JobState, sizes: &JobSizes) -> Run<JobMemory> {
         let job = st.job;
         let limit = self.limit(st)?;
         let handles = self
@@ -760,7 +760,7 @@ impl Harness {
                     .transpose()
             })
             .collect::<Run<Vec<_>>>()?;
-        Ok(ConfigMemory {
+        Ok(JobMemory {
             reference,
             members,
             pristine,
@@ -819,7 +819,7 @@ impl Harness {
     }
 
     /// Makes `mem`'s generated inputs hold input set `seed` (enqueued).
-    pub fn generate(&self, st: &JobState, c: &JobConfig, mem: &ConfigMemory, seed: u64) -> Run<()> {
+    pub fn generate(&self, st: &JobState, c: &JobConfig, mem: &JobMemory, seed: u64) -> Run<()> {
         if mem.pristine_seed.get() == Some(seed) {
             return Ok(());
         }
@@ -845,7 +845,7 @@ impl Harness {
         &self,
         st: &mut JobState,
         c: &JobConfig,
-        mem: &ConfigMemory,
+        mem: &JobMemory,
         sides: &[Who],
         seed: u64,
     ) -> Run<()> {

@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::checks::Batch;
-use super::harness::{ConfigMemory, ConfigPlans, Harness, JobState, Run, SidePlan, SideRun, Who};
+use super::harness::{ConfigPlans, Harness, JobMemory, JobState, Run, SidePlan, SideRun, Who};
 use super::job::{JobConfig, TimingOptions};
 use super::report::{KernelOccupancy, TimingStage, PROTOCOL_VERSION};
 use super::timing::{self, derive_seed, domain, Schedule};
@@ -23,7 +23,7 @@ impl Harness {
         &mut self,
         st: &mut JobState,
         c: &JobConfig,
-        mem: &ConfigMemory,
+        mem: &JobMemory,
         plan: &SidePlan,
         opts: &TimingOptions,
         key: (u64, String),
@@ -51,7 +51,7 @@ impl Harness {
         &mut self,
         st: &mut JobState,
         c: &JobConfig,
-        mem: &ConfigMemory,
+        mem: &JobMemory,
         plans: &ConfigPlans,
         opts: &TimingOptions,
         ref_key: u64,
