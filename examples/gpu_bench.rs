@@ -148,17 +148,18 @@ fn rank_rows(e: &Evaluator, task: &Task) -> Vec<(String, String)> {
     out
 }
 
-/// Mean absolute change of each member's GRPO advantage (speedup standardised within the
-/// group) between two scorings of the same group: what the policy gradient would see move.
+/// Mean absolute change of each member's GRPO advantage (`rl::advantage::grpo` of the
+/// speedups) between two scorings of the same group: what the policy gradient would see move.
 fn advantage_change(a: &[f64], b: &[f64]) -> f64 {
-    let z = |v: &[f64]| -> Vec<f64> {
-        let n = v.len() as f64;
-        let mean = v.iter().sum::<f64>() / n;
-        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
-        v.iter().map(|x| (x - mean) / sd).collect()
-    };
-    let (za, zb) = (z(a), z(b));
-    za.iter().zip(&zb).map(|(x, y)| (x - y).abs()).sum::<f64>() / za.len().max(1) as f64
+    match (
+        cudaperf::rl::advantage::grpo(a, 1e-6),
+        cudaperf::rl::advantage::grpo(b, 1e-6),
+    ) {
+        (Ok(za), Ok(zb)) => {
+            za.iter().zip(&zb).map(|(x, y)| (x - y).abs()).sum::<f64>() / za.len().max(1) as f64
+        }
+        _ => f64::NAN,
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

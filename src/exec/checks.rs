@@ -68,7 +68,7 @@ fn random_inputs(c: &JobConfig) -> bool {
 impl Harness {
     /// Enqueues every entry of `batch`, waits once, and reads what each found.
     pub(crate) fn check_batch(
-        &self,
+        &mut self,
         st: &mut JobState,
         c: &JobConfig,
         mem: &JobMemory,
@@ -83,7 +83,11 @@ impl Harness {
             .filter(|&i| job.buffers[i].direction == Direction::In && c.fills[i].is_some())
             .collect();
         let nc = batch.compares.len() * outputs.len();
-        let slots = ours(StatsSlots::new(&self.gpu, nc + batch.verifies.len()))?;
+        let need = nc + batch.verifies.len();
+        let slots = match self.stats.take() {
+            Some(s) if s.len() >= need => s,
+            _ => ours(StatsSlots::new(&self.gpu, need.max(64)))?,
+        };
         ours(slots.reset())?;
         self.clock_start()?;
         // Comparisons against the same buffers with the same rule share a launch.
@@ -166,9 +170,10 @@ impl Harness {
             }
             compares.push((total, first));
         }
+        self.stats = Some(slots);
         Ok(Found {
             compares,
-            verifies: stats[nc..].to_vec(),
+            verifies: stats[nc..need].to_vec(),
         })
     }
 
@@ -238,25 +243,28 @@ impl Harness {
         let mut again_ref = vec![0u64; job.candidates.len()];
         let ran = self.run_members(st, &plans.members, mem)?;
         let mut batch = Batch::default();
-        for (_, live, _) in &ran {
-            batch.compare(live.clone(), reference.clone(), false, false);
-            batch.verify(live.clone(), seed_a);
-        }
+        let entries: Vec<(usize, usize)> = ran
+            .iter()
+            .map(|(_, live, _)| {
+                (
+                    batch.compare(live.clone(), reference.clone(), false, false),
+                    batch.verify(live.clone(), seed_a),
+                )
+            })
+            .collect();
         let found = self.check_batch(st, c, mem, &batch)?;
-        for (k, (i, live, saved)) in ran.iter().enumerate() {
-            let (s, first) = &found.compares[k];
+        for ((i, live, saved), (cmp, ver)) in ran.iter().zip(entries) {
+            let (s, first) = &found.compares[cmp];
             let ch = &mut checks[*i];
             ch.mismatches = s.mismatches;
             ch.unwritten = s.unwritten;
             ch.max_abs_err = s.max_abs;
             ch.max_rel_err = s.max_rel;
             ch.first_mismatch = first.clone();
-            ch.inputs_modified = found.verifies[k].mismatches > 0;
-            for ((saved, live), (b, n)) in
-                saved.iter().zip(live).zip(job.buffers.iter().zip(&c.lens))
-            {
+            ch.inputs_modified = found.verifies[ver].mismatches > 0;
+            for (b, (saved, live)) in saved.iter().zip(live).enumerate() {
                 if saved != live {
-                    let bytes = n * b.dtype.size_bytes();
+                    let bytes = job.buffer_bytes(c, b);
                     ours(
                         saved
                             .prefix(bytes)
@@ -270,16 +278,21 @@ impl Harness {
         self.prepare(st, c, mem, &members, seed_a)?;
         let ran = self.run_members(st, &plans.members, mem)?;
         let mut batch = Batch::default();
-        for (_, live, saved) in &ran {
-            batch.compare(live.clone(), saved.clone(), true, false);
-            batch.compare(live.clone(), reference.clone(), false, false);
-            batch.verify(live.clone(), seed_a);
-        }
+        let entries: Vec<[usize; 3]> = ran
+            .iter()
+            .map(|(_, live, saved)| {
+                [
+                    batch.compare(live.clone(), saved.clone(), true, false),
+                    batch.compare(live.clone(), reference.clone(), false, false),
+                    batch.verify(live.clone(), seed_a),
+                ]
+            })
+            .collect();
         let found = self.check_batch(st, c, mem, &batch)?;
-        for (k, (i, _, _)) in ran.iter().enumerate() {
-            checks[*i].nondeterministic = found.compares[2 * k].0.mismatches > 0;
-            again_ref[*i] = found.compares[2 * k + 1].0.mismatches;
-            checks[*i].inputs_modified |= found.verifies[k].mismatches > 0;
+        for ((i, _, _), [again, vs_ref, ver]) in ran.iter().zip(entries) {
+            checks[*i].nondeterministic = found.compares[again].0.mismatches > 0;
+            again_ref[*i] = found.compares[vs_ref].0.mismatches;
+            checks[*i].inputs_modified |= found.verifies[ver].mismatches > 0;
         }
         // Set B: must match again, and must change when the reference changes.
         let mut b_mismatches = vec![0u64; job.candidates.len()];
@@ -290,15 +303,20 @@ impl Harness {
             self.run(st, Who::Reference, &plans.reference, false)?;
             let ran = self.run_members(st, &plans.members, mem)?;
             let mut batch = Batch::default();
-            for (_, live, saved) in &ran {
-                batch.compare(live.clone(), reference.clone(), false, false);
-                batch.compare(live.clone(), saved.clone(), true, true);
-                batch.compare(reference.clone(), saved.clone(), true, false);
-                batch.verify(live.clone(), seed_b);
-            }
+            let entries: Vec<[usize; 4]> = ran
+                .iter()
+                .map(|(_, live, saved)| {
+                    [
+                        batch.compare(live.clone(), reference.clone(), false, false),
+                        batch.compare(live.clone(), saved.clone(), true, true),
+                        batch.compare(reference.clone(), saved.clone(), true, false),
+                        batch.verify(live.clone(), seed_b),
+                    ]
+                })
+                .collect();
             let found = self.check_batch(st, c, mem, &batch)?;
-            for (k, (i, _, _)) in ran.iter().enumerate() {
-                let (sb, fb) = &found.compares[3 * k];
+            for ((i, _, _), [vs_ref, same, changed, ver]) in ran.iter().zip(entries) {
+                let (sb, fb) = &found.compares[vs_ref];
                 let ch = &mut checks[*i];
                 b_mismatches[*i] = sb.mismatches;
                 ch.unwritten = ch.unwritten.max(sb.unwritten);
@@ -307,10 +325,9 @@ impl Harness {
                 if ch.first_mismatch.is_none() {
                     ch.first_mismatch = fb.clone();
                 }
-                ch.inputs_modified |= found.verifies[k].mismatches > 0;
-                let same = &found.compares[3 * k + 1].0;
-                let changed = &found.compares[3 * k + 2].0;
-                ch.input_independent = same.mismatches == 0 && changed.mismatches > 0;
+                ch.inputs_modified |= found.verifies[ver].mismatches > 0;
+                ch.input_independent = found.compares[same].0.mismatches == 0
+                    && found.compares[changed].0.mismatches > 0;
             }
         }
         for i in st.active() {

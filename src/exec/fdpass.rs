@@ -11,6 +11,8 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
+use super::executor::fresh_secret;
+
 /// The environment variable that gives a runner its harness's inbox.
 pub(crate) const INBOX_ENV: &str = "CUDAPERF_FD_INBOX";
 
@@ -26,12 +28,11 @@ pub(crate) struct FdInbox {
 impl FdInbox {
     /// A new inbox under a fresh random name.
     pub fn new() -> io::Result<FdInbox> {
-        let mut bytes = [0u8; 16];
-        getrandom(&mut bytes)?;
         let name = format!(
-            "cudaperf-fd-{}-{}",
+            "cudaperf-fd-{}-{:016x}{:016x}",
             std::process::id(),
-            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            fresh_secret(),
+            fresh_secret()
         );
         let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes())?)?;
         listener.set_nonblocking(true)?;
@@ -106,18 +107,6 @@ pub(crate) fn send_fds(name: &str, token: u64, fds: &[BorrowedFd]) -> io::Result
         send_message(&stream, token, &raw)?;
     }
     Ok(())
-}
-
-/// A fresh nonzero number to mark one request's descriptors.
-pub(crate) fn fresh_token() -> io::Result<u64> {
-    let mut b = [0u8; 8];
-    getrandom(&mut b)?;
-    Ok(u64::from_le_bytes(b) | 1)
-}
-
-fn getrandom(buf: &mut [u8]) -> io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }
 
 fn peer_uid(stream: &UnixStream) -> io::Result<u32> {

@@ -23,7 +23,7 @@ use super::driver::{CudaError, DevSlice, DeviceBuffer, Event, Gpu, IpcMapping};
 use super::job::{ExecJob, JobConfig, JobModule, JobParam};
 use super::report::*;
 use super::runner::{BufferShare, RunArg, RunLaunch, RunnerClient, RunnerFault, ZeroRange};
-use super::support::Support;
+use super::support::{StatsSlots, Support};
 use super::values::{arg_i32, scalar_arg};
 use crate::candidate::{ResolvedArg, ResolvedPlan};
 use crate::sandbox::{Handled, Handler};
@@ -236,6 +236,8 @@ pub(crate) struct Harness {
     /// Reference spread when it ran alone, per (reference build, config).
     pub calibration: HashMap<(u64, String), f64>,
     pub clock: (Event, Event),
+    /// Statistics slots of the checks, kept between batches (grown when a batch needs more).
+    pub stats: Option<StatsSlots>,
 }
 
 /// The kernel launches of one side's plan, for its runner (`nb` ABI buffers come first in
@@ -369,13 +371,7 @@ impl JobSizes {
         };
         let abi = |c: &JobConfig, keep: &dyn Fn(usize) -> bool| -> Vec<u64> {
             (0..job.buffers.len())
-                .map(|i| {
-                    if keep(i) {
-                        c.lens[i] * job.buffers[i].dtype.size_bytes()
-                    } else {
-                        0
-                    }
-                })
+                .map(|i| if keep(i) { job.buffer_bytes(c, i) } else { 0 })
                 .collect()
         };
         JobSizes {
@@ -432,6 +428,7 @@ impl Harness {
             reference: RunnerClient::new("reference")?,
             runners: Vec::new(),
             calibration: HashMap::new(),
+            stats: None,
             clock,
             gpu,
         })
@@ -863,16 +860,13 @@ impl Harness {
                     ours(self.support.copy_to(
                         src.slice(),
                         &dsts,
-                        c.lens[i] * b.dtype.size_bytes(),
+                        st.job.buffer_bytes(c, i),
                         stream,
                     ))?;
                 }
                 (None, Direction::Out) => {
                     for s in &bufs {
-                        ours(
-                            s[i].prefix(c.lens[i] * b.dtype.size_bytes())
-                                .memset(0xFF, stream),
-                        )?;
+                        ours(s[i].prefix(st.job.buffer_bytes(c, i)).memset(0xFF, stream))?;
                     }
                 }
                 (None, _) => {}

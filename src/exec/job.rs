@@ -425,6 +425,14 @@ impl ExecJob {
         })
     }
 
+    /// Bytes of ABI buffer `i` on config `c`.
+    pub fn buffer_bytes(&self, c: &JobConfig, i: usize) -> u64 {
+        match (self.buffers.get(i), c.lens.get(i)) {
+            (Some(b), Some(n)) => n * b.dtype.size_bytes(),
+            _ => 0,
+        }
+    }
+
     /// Bytes the ABI must move once: inputs read, outputs written (inout both).
     pub fn abi_bytes(&self, config: usize) -> u64 {
         let Some(c) = self.configs.get(config) else {

@@ -522,10 +522,11 @@ impl RunnerClient {
         limit: Duration,
     ) -> Result<Vec<BufferShare>, RunnerFault> {
         let count = bytes.len();
-        let share_token = match &self.inbox {
-            Some(_) => super::fdpass::fresh_token().unwrap_or(0),
-            None => 0,
-        };
+        // A nonzero number marks this request's descriptors (0: do not share).
+        let share_token = self
+            .inbox
+            .as_ref()
+            .map_or(0, |_| super::executor::fresh_secret() | 1);
         match self.call(&RunnerCmd::Alloc { bytes, share_token }, limit)? {
             RunnerReply::Allocated { shared: true, .. } => {
                 let inbox = self

@@ -92,6 +92,11 @@ impl StatsSlots {
         self.buf.slice().write(&init)
     }
 
+    /// How many slots there are.
+    pub fn len(&self) -> usize {
+        self.slots
+    }
+
     /// Slot `i`'s device range.
     pub fn slot(&self, i: usize) -> DevSlice {
         let i = i.min(self.slots - 1);

@@ -112,13 +112,12 @@ impl Harness {
                 // Every run is checked: outputs against this run's reference outputs, and
                 // the inputs it was given.
                 let mut checks = Batch::default();
-                let times: Vec<(usize, f64)> = times
+                let times: Vec<(usize, f64, usize, usize)> = times
                     .into_iter()
                     .filter_map(|(i, ms)| {
                         let own = mem.side(Who::Member(i))?.slices();
-                        checks.compare(own.clone(), reference.clone(), false, false);
-                        checks.verify(own, seed);
-                        Some((i, ms))
+                        let cmp = checks.compare(own.clone(), reference.clone(), false, false);
+                        Some((i, ms, cmp, checks.verify(own, seed)))
                     })
                     .collect();
                 let found = self.check_batch(st, c, mem, &checks)?;
@@ -129,8 +128,8 @@ impl Harness {
                         spent_ms += r;
                     }
                 }
-                for (k, (i, ms)) in times.into_iter().enumerate() {
-                    let (out, inp) = (&found.compares[k].0, &found.verifies[k]);
+                for (i, ms, cmp, ver) in times {
+                    let (out, inp) = (&found.compares[cmp].0, &found.verifies[ver]);
                     let failure = if !out.clean() {
                         Some(format!(
                             "run {run} of the timing phase (fresh inputs) gave a wrong result: {} elements differ from the reference, {} never written",

@@ -71,15 +71,9 @@ pub fn rel_mad(xs: &[f64]) -> f64 {
 /// A seed for purpose `domain`, index `i`, derived from a job's secret (splitmix64 steps:
 /// every derived seed is unrelated to the others for anyone without the secret).
 pub fn derive_seed(secret: u64, domain: u64, i: u64) -> u64 {
-    let mut z =
+    let z =
         secret ^ domain.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    for _ in 0..2 {
-        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-    }
-    z
+    crate::inputs::mix64(crate::inputs::mix64(z))
 }
 
 /// What the timing loop measured, for [`award`].

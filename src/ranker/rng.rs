@@ -13,11 +13,10 @@ impl SplitMix64 {
     }
 
     pub(crate) fn next_u64(&mut self) -> u64 {
+        // `mix64` adds the golden gamma itself: the output of the advanced state.
+        let out = crate::inputs::mix64(self.state);
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        out
     }
 
     /// Uniform in [0, 1) with 24 bits of precision (exact in f32).
