@@ -180,6 +180,11 @@ pub(crate) struct JobTrace {
     pub runs: u32,
     pub run_call_ms: f64,
     pub run_gpu_ms: f64,
+    /// Members whose module keeps data and is reloaded before every run; how many reloads
+    /// that took and their wall time in the runners.
+    pub reloaded_members: usize,
+    pub reloads: u32,
+    pub reload_ms: f64,
     /// The harness's waits for its own GPU work, and that work's GPU time.
     pub syncs: u32,
     pub sync_wait_ms: f64,
@@ -374,10 +379,13 @@ pub(crate) fn runner_launches(job: &ExecJob, c: &JobConfig, plan: &ResolvedPlan)
         .collect()
 }
 
-/// A side's plan in runner form: launches and the buffers to zero in the timed window.
+/// A side's plan in runner form: launches, the buffers to zero in the timed window, and the
+/// bytes of each buffer the config uses (the runner zeroes the rest before the run; empty
+/// for the trusted reference).
 pub(crate) struct SidePlan {
     pub launches: Vec<RunLaunch>,
     pub zero: Vec<ZeroRange>,
+    pub used: Vec<u64>,
 }
 
 /// The runner launches of every side of one config, built once for its checks and timing.
@@ -388,8 +396,10 @@ pub(crate) struct ConfigPlans {
 
 impl ConfigPlans {
     pub fn new(job: &ExecJob, c: &JobConfig) -> ConfigPlans {
+        let mut reference = SidePlan::new(job, c, &c.reference, &job.reference.scratch);
+        reference.used.clear();
         ConfigPlans {
-            reference: SidePlan::new(job, c, &c.reference, &job.reference.scratch),
+            reference,
             members: c
                 .candidates
                 .iter()
@@ -415,6 +425,7 @@ impl SidePlan {
                     bytes: n * d.size_bytes(),
                 })
                 .collect(),
+            used: side_bytes(job, c, plan, scratch),
         }
     }
 }
@@ -488,6 +499,15 @@ impl JobSizes {
 /// The seed of buffer `i` within an input set.
 pub(crate) fn buffer_seed(seed: u64, i: usize) -> u64 {
     seed ^ 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)
+}
+
+/// What a member's module can keep between runs (its cubin, base64, as the job carries it).
+fn module_state(cubin_b64: &str) -> Result<super::cubin::CubinState, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(cubin_b64)
+        .map_err(|e| e.to_string())?;
+    super::cubin::inspect(&bytes).map_err(|e| e.to_string())
 }
 
 fn key_of(text: &str) -> u64 {
@@ -683,29 +703,55 @@ impl Harness {
                 &job.reference.cubin_b64,
                 symbols(&job.reference),
                 Some(ref_key),
+                false,
                 limit,
             )
             .map_err(|f| Fault::Reference(format!("the reference failed to load: {f}")))?;
         // Members load in parallel: a runner that has to start first (process, CUDA
         // context) costs a few hundred milliseconds.
         let t = Instant::now();
+        // What each member's module can keep between runs decides how it is loaded: with
+        // data of its own it is reloaded before every run; with the device heap it is
+        // refused (the heap outlives any reload).
+        let mut reload = vec![false; job.candidates.len()];
+        for (i, m) in job.candidates.iter().enumerate() {
+            match module_state(&m.cubin_b64) {
+                Ok(state) if state.uses_heap() => st.stop(
+                    i,
+                    ExecStatus::InvalidLaunch {
+                        reason: format!(
+                            "the module calls the device heap ({}): memory it allocates outlives a run, so it could carry results from one run to the next; device-side malloc/free is not allowed",
+                            state.heap_calls.join(", ")
+                        ),
+                    },
+                ),
+                Ok(state) => reload[i] = state.keeps_data(),
+                Err(_) => reload[i] = true,
+            }
+        }
         let mut limits = Vec::with_capacity(job.candidates.len());
         for i in 0..job.candidates.len() {
-            limits.push(st.member_limit(i)?);
+            limits.push(if st.members[i].active() {
+                st.member_limit(i)?
+            } else {
+                None
+            });
         }
+        st.trace.reloaded_members = reload.iter().filter(|&&r| r).count();
         let loads: Vec<Option<(Result<(), RunnerFault>, Duration)>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .runners
                 .iter_mut()
                 .zip(&job.candidates)
                 .zip(&limits)
-                .map(|((r, m), l)| {
+                .zip(&reload)
+                .map(|(((r, m), l), &each)| {
                     let syms = symbols(m);
                     l.as_ref().map(|l| {
                         let limit = l.limit;
                         s.spawn(move || {
                             let t = Instant::now();
-                            (r.load(&m.cubin_b64, syms, None, limit), t.elapsed())
+                            (r.load(&m.cubin_b64, syms, None, each, limit), t.elapsed())
                         })
                     })
                 })
@@ -1051,9 +1097,15 @@ impl Harness {
         match who {
             Who::Reference => {
                 let limit = self.limit(st)?;
-                let ms = self
+                let (ms, _) = self
                     .reference
-                    .run(plan.launches.clone(), plan.zero.clone(), flush, limit)
+                    .run(
+                        plan.launches.clone(),
+                        plan.zero.clone(),
+                        plan.used.clone(),
+                        flush,
+                        limit,
+                    )
                     .map_err(|f| Fault::Reference(format!("the reference failed: {f}")))?;
                 st.runs_ms += ms;
                 Ok(SideRun::Ok(ms))
@@ -1066,12 +1118,17 @@ impl Harness {
                 let out = self.runners[i].run(
                     plan.launches.clone(),
                     plan.zero.clone(),
+                    plan.used.clone(),
                     flush,
                     limit.limit,
                 );
                 st.charge(i, t.elapsed());
                 match out {
-                    Ok(ms) => {
+                    Ok((ms, reload_ms)) => {
+                        if reload_ms > 0.0 {
+                            st.trace.reloads += 1;
+                            st.trace.reload_ms += reload_ms;
+                        }
                         st.runs_ms += ms;
                         st.members[i].gpu_ms += ms;
                         Ok(SideRun::Ok(ms))
