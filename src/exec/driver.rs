@@ -318,7 +318,7 @@ impl DevSlice {
     }
 
     /// The range from `offset` bytes into this one to its end (empty past the end).
-    pub fn from_offset(&self, offset: u64) -> DevSlice {
+    pub fn past(&self, offset: u64) -> DevSlice {
         let offset = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(self.bytes);

@@ -320,7 +320,7 @@ impl RunnerState {
         self.runs_since_load += 1;
         let stream = self.gpu.stream();
         for (b, &u) in self.buffers.iter().zip(used) {
-            b.mapped().from_offset(u).memset(0, stream)?;
+            b.mapped().past(u).memset(0, stream)?;
         }
         if flush_bytes > 0
             && self
