@@ -13,7 +13,7 @@
 //! use cudaperf::exec::Fill;
 //! use cudaperf::inputs::fill_bytes;
 //! use cudaperf::task::DType;
-//! let ramp = Fill { mode: 3, a: 1.0, b: 0.5, random: false };
+//! let ramp = Fill::new(3, 1.0, 0.5, false);
 //! let bytes = fill_bytes(DType::F32, 3, 42, &ramp);
 //! let v: Vec<f32> = bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
 //! assert_eq!(v, [1.0, 1.5, 2.0]);
@@ -51,8 +51,43 @@ fn cospi(x: f64) -> f64 {
     }
 }
 
-/// The value (in double precision, before conversion to the buffer's type) of element `i`.
-pub fn fill_value(i: u64, seed: u64, f: &Fill) -> f64 {
+/// The smallest normal value of a float type (denormals are a fraction of it).
+fn min_normal(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => f64::MIN_POSITIVE,
+        DType::F16 => 6.103_515_625e-5, // 2^-14
+        _ => f32::MIN_POSITIVE as f64,  // f32 and bf16: 2^-126
+    }
+}
+
+/// The special value element `i` takes instead of its drawn one, if any (`Fill::special`).
+fn special_value(i: u64, seed: u64, f: &Fill, dtype: DType) -> Option<f64> {
+    if f.special == 0 || u01(seed, i, 2) >= f.special_rate {
+        return None;
+    }
+    let chosen = mix64(seed ^ mix64(i.wrapping_mul(2).wrapping_add(3)));
+    let k = chosen % u64::from(f.special.count_ones());
+    let bit = (0..32)
+        .map(|b| 1u32 << b)
+        .filter(|b| f.special & b != 0)
+        .nth(k as usize)
+        .unwrap_or(1);
+    let sign = if chosen >> 63 == 1 { -1.0 } else { 1.0 };
+    Some(match bit {
+        1 => f64::NAN,
+        2 => f64::INFINITY,
+        4 => f64::NEG_INFINITY,
+        8 => -0.0,
+        _ => sign * (0.25 + 0.5 * u01(seed, i, 3)) * min_normal(dtype),
+    })
+}
+
+/// The value (in double precision, before conversion to the buffer's type) of element `i`
+/// of a buffer of `n` elements of `dtype`.
+pub fn fill_value(i: u64, n: u64, seed: u64, f: &Fill, dtype: DType) -> f64 {
+    if let Some(v) = special_value(i, seed, f, dtype) {
+        return v;
+    }
     let (a, b) = (f.a, f.b);
     match f.mode {
         0 => a + (b - a) * u01(seed, i, 0),
@@ -66,12 +101,28 @@ pub fn fill_value(i: u64, seed: u64, f: &Fill) -> f64 {
             lo + (mix64(seed ^ mix64(i)) % span) as f64
         }
         3 => a + i as f64 * b,
+        5 => {
+            let base = a + i as f64 * b;
+            if i == 0 || i + 1 >= n {
+                base
+            } else {
+                base + (u01(seed, i, 0) * (b + 1.0)).floor()
+            }
+        }
         _ => a,
     }
 }
 
-/// Appends `v` converted as the device's `from_double<T>` does.
+/// Appends `v` converted as the device's `from_double<T>` does (a NaN narrowed on the device
+/// becomes the canonical NaN with every mantissa bit set).
 fn push_as(out: &mut Vec<u8>, dtype: DType, v: f64) {
+    if v.is_nan() {
+        match dtype {
+            DType::F32 => return out.extend_from_slice(&0x7FFF_FFFFu32.to_le_bytes()),
+            DType::F16 | DType::Bf16 => return out.extend_from_slice(&0x7FFFu16.to_le_bytes()),
+            _ => {}
+        }
+    }
     match dtype {
         DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
         DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
@@ -88,7 +139,7 @@ fn push_as(out: &mut Vec<u8>, dtype: DType, v: f64) {
 pub fn fill_bytes(dtype: DType, n: u64, seed: u64, f: &Fill) -> Vec<u8> {
     let mut out = Vec::with_capacity((n * dtype.size_bytes()) as usize);
     for i in 0..n {
-        push_as(&mut out, dtype, fill_value(i, seed, f));
+        push_as(&mut out, dtype, fill_value(i, n, seed, f, dtype));
     }
     out
 }
@@ -153,47 +204,28 @@ mod tests {
 
     #[test]
     fn modes_give_values_in_their_ranges() {
-        let uni = Fill {
-            mode: 0,
-            a: -2.0,
-            b: 3.0,
-            random: true,
-        };
-        let int = Fill {
-            mode: 2,
-            a: 5.0,
-            b: 9.0,
-            random: true,
-        };
-        let nrm = Fill {
-            mode: 1,
-            a: 1.0,
-            b: 2.0,
-            random: true,
-        };
+        let uni = Fill::new(0, -2.0, 3.0, true);
+        let int = Fill::new(2, 5.0, 9.0, true);
+        let nrm = Fill::new(1, 1.0, 2.0, true);
+        let value = |i: u64, seed: u64, f: &Fill| fill_value(i, 100_000, seed, f, DType::F64);
         let mut sum = 0.0;
         for i in 0..100_000u64 {
-            let u = fill_value(i, 7, &uni);
+            let u = value(i, 7, &uni);
             assert!((-2.0..3.0).contains(&u));
-            let k = fill_value(i, 7, &int);
+            let k = value(i, 7, &int);
             assert!((5.0..9.0).contains(&k) && k.fract() == 0.0);
-            sum += fill_value(i, 7, &nrm);
+            sum += value(i, 7, &nrm);
         }
         let mean = sum / 100_000.0;
         assert!((mean - 1.0).abs() < 0.05, "normal mean {mean}");
         // A different seed gives different values; the same seed the same.
-        assert_ne!(fill_value(1, 7, &uni), fill_value(1, 8, &uni));
-        assert_eq!(fill_value(1, 7, &uni), fill_value(1, 7, &uni));
+        assert_ne!(value(1, 7, &uni), value(1, 8, &uni));
+        assert_eq!(value(1, 7, &uni), value(1, 7, &uni));
     }
 
     #[test]
     fn conversions_round_like_the_device() {
-        let c = Fill {
-            mode: 4,
-            a: 1.0 / 3.0,
-            b: 0.0,
-            random: false,
-        };
+        let c = Fill::new(4, 1.0 / 3.0, 0.0, false);
         assert_eq!(
             fill_bytes(DType::F16, 1, 0, &c),
             half::f16::from_f32(1.0 / 3.0).to_le_bytes()
@@ -203,5 +235,59 @@ mod tests {
             (-2i32).to_le_bytes()
         );
         assert_eq!(fill_bytes(DType::U8, 1, 0, &Fill { a: 255.0, ..c }), [255]);
+    }
+
+    #[test]
+    fn ragged_offsets_are_monotone_with_varied_and_empty_steps() {
+        let n = 10_001u64; // 10000 rows of 8 entries on average
+        let f = Fill::new(5, 0.0, 8.0, true);
+        let v: Vec<f64> = (0..n)
+            .map(|i| fill_value(i, n, 3, &f, DType::I32))
+            .collect();
+        assert_eq!(v[0], 0.0);
+        assert_eq!(v[n as usize - 1], 80_000.0);
+        let lens: Vec<f64> = v.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(lens
+            .iter()
+            .all(|&l| (0.0..=16.0).contains(&l) && l.fract() == 0.0));
+        assert!(lens.contains(&0.0), "empty rows occur");
+        assert!(lens.iter().any(|&l| l >= 15.0), "long rows occur");
+    }
+
+    #[test]
+    fn special_values_appear_at_their_rate_and_only_those_chosen() {
+        let mut f = Fill::new(0, -1.0, 1.0, true);
+        f.special = 1 | 8 | 16; // NaN, -0.0, denormals
+        f.special_rate = 0.1;
+        let n = 100_000u64;
+        let bytes = fill_bytes(DType::F32, n, 5, &f);
+        let v: Vec<f32> = bytes
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let nan = v.iter().filter(|x| x.is_nan()).count();
+        let neg_zero = v
+            .iter()
+            .filter(|x| **x == 0.0 && x.is_sign_negative())
+            .count();
+        let denormal = v.iter().filter(|x| x.is_subnormal()).count();
+        assert!(v.iter().all(|x| !x.is_infinite()));
+        for count in [nan, neg_zero, denormal] {
+            assert!(
+                (2_800..3_900).contains(&count),
+                "{nan} {neg_zero} {denormal}"
+            );
+        }
+        let h = fill_bytes(DType::F16, 1000, 5, &f);
+        let halves: Vec<half::f16> = h
+            .chunks(2)
+            .map(|c| half::f16::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert!(
+            halves
+                .iter()
+                .any(|x| x.to_f32() != 0.0 && x.to_f32().abs() < 6.1e-5),
+            "f16 denormals are f16's"
+        );
     }
 }

@@ -38,6 +38,8 @@ fn exec_result_with_nan_round_trips_through_json() {
         input_independent: false,
         timed_run_mismatch: false,
         reasons: vec!["3 output elements were never written".into()],
+        regimes: Vec::new(),
+        precision: Vec::new(),
     };
     let r = ExecResult {
         status: ExecStatus::Ok,
@@ -46,7 +48,8 @@ fn exec_result_with_nan_round_trips_through_json() {
             pass_rate: 0.0,
             configs: vec![check],
             seed: 9,
-            protocol: 2,
+            protocol: 3,
+            precision: "f32".into(),
         }),
         timing: Some(TimingStage {
             protocol: 2,
@@ -108,7 +111,7 @@ fn v1_reports_parse_as_protocol_1() {
         serde_json::from_str(r#"{"passed":true,"pass_rate":1.0,"configs":[],"seed":3}"#)
             .expect("v1 correctness parses");
     assert_eq!(c.protocol, 1);
-    assert_eq!(cudaperf::exec::PROTOCOL_VERSION, 2);
+    assert_eq!(cudaperf::exec::PROTOCOL_VERSION, 3);
 }
 
 /// The job a worker receives has every expression evaluated: lengths, scalars, fills,

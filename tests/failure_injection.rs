@@ -270,13 +270,16 @@ fn correctness(passed: bool, pass_rate: f64) -> CorrectnessStage {
         } else {
             vec!["17 elements outside tolerance".into()]
         },
+        regimes: Vec::new(),
+        precision: Vec::new(),
     };
     CorrectnessStage {
         passed,
         pass_rate,
         configs: vec![check("small", true), check("large", passed)],
         seed: 7,
-        protocol: 2,
+        protocol: 3,
+        precision: String::new(),
     }
 }
 

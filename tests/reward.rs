@@ -297,7 +297,8 @@ fn evaluation(o: Outcome) -> Evaluation {
         pass_rate,
         configs: Vec::new(),
         seed: 1,
-        protocol: 2,
+        protocol: 3,
+        precision: String::new(),
     };
     match o {
         Outcome::RuntimeFault => {

@@ -12,10 +12,10 @@
 
 use super::driver::DevSlice;
 use super::harness::{
-    ours, ConfigPlans, Harness, JobMemory, JobState, Run, SidePlan, SideRun, Who,
+    ours, ConfigPlans, Harness, InputSet, JobMemory, JobState, Run, SidePlan, SideRun, Who,
 };
 use super::job::JobConfig;
-use super::report::{ConfigCheck, Mismatch};
+use super::report::{ConfigCheck, Mismatch, PrecisionProbe, RegimeCheck, PRECISION_PROBE_LIMIT};
 use super::support::{Stats, StatsSlots};
 use super::timing::{derive_seed, domain};
 use super::values::element_value;
@@ -29,8 +29,8 @@ type RanMember = (usize, Vec<DevSlice>, Vec<DevSlice>);
 pub(crate) struct Batch {
     /// Every output buffer of `got` against `want`'s.
     compares: Vec<Comparison>,
-    /// (buffers, input set): every `in` buffer against the set generated for that seed.
-    verifies: Vec<(Vec<DevSlice>, u64)>,
+    /// (buffers, input set): every `in` buffer against that set as generated.
+    verifies: Vec<(Vec<DevSlice>, InputSet)>,
 }
 
 /// One comparison of a [`Batch`].
@@ -80,9 +80,9 @@ impl Batch {
         self.compares.len() - 1
     }
 
-    /// Adds a verification of `bufs`' inputs against input set `seed`; returns its index.
-    pub fn verify(&mut self, bufs: Vec<DevSlice>, seed: u64) -> usize {
-        self.verifies.push((bufs, seed));
+    /// Adds a verification of `bufs`' inputs against input set `set`; returns its index.
+    pub fn verify(&mut self, bufs: Vec<DevSlice>, set: InputSet) -> usize {
+        self.verifies.push((bufs, set));
         self.verifies.len() - 1
     }
 }
@@ -160,10 +160,10 @@ impl Harness {
             }
         }
         // Verifications, one input set at a time (each generated before its launches).
-        let mut seeds: Vec<u64> = batch.verifies.iter().map(|v| v.1).collect();
-        seeds.dedup();
-        for seed in seeds {
-            self.generate(st, c, mem, seed)?;
+        let mut sets: Vec<InputSet> = batch.verifies.iter().map(|v| v.1).collect();
+        sets.dedup();
+        for set in sets {
+            self.generate(st, c, mem, set)?;
             for &i in &inputs {
                 let Some(Some(pristine)) = mem.pristine.get(i) else {
                     continue;
@@ -172,7 +172,7 @@ impl Harness {
                     .verifies
                     .iter()
                     .enumerate()
-                    .filter(|(_, v)| v.1 == seed)
+                    .filter(|(_, v)| v.1 == set)
                     .map(|(k, v)| (v.0[i], slots.slot(nc + k)))
                     .collect();
                 let b = &job.buffers[i];
@@ -264,6 +264,8 @@ impl Harness {
                 input_independent: false,
                 timed_run_mismatch: false,
                 reasons: Vec::new(),
+                regimes: Vec::new(),
+                precision: Vec::new(),
             })
             .collect();
         let reference = mem.reference.slices();
@@ -276,7 +278,8 @@ impl Harness {
         let mut sides = vec![Who::Reference];
         sides.extend(members_of(st));
         let [first_poison, second_poison] = POISONS;
-        self.prepare(st, c, mem, &sides, seed_a, first_poison)?;
+        let (set_a, set_b) = (InputSet::main(seed_a), InputSet::main(seed_b));
+        self.prepare(st, c, mem, &sides, set_a, first_poison)?;
         self.run(st, Who::Reference, &plans.reference, false)?;
         let mut again_ref = vec![0u64; job.candidates.len()];
         let ran = self.run_members(st, &plans.members, mem)?;
@@ -286,7 +289,7 @@ impl Harness {
             .map(|(_, live, _)| {
                 (
                     batch.compare(live.clone(), reference.clone(), false, false, first_poison),
-                    batch.verify(live.clone(), seed_a),
+                    batch.verify(live.clone(), set_a),
                 )
             })
             .collect();
@@ -314,7 +317,7 @@ impl Harness {
         // Set A again, members only, on the other poison: races, first-call-only work, and
         // elements left unwritten because the first poison happened to be their value.
         let members = members_of(st);
-        self.prepare(st, c, mem, &members, seed_a, second_poison)?;
+        self.prepare(st, c, mem, &members, set_a, second_poison)?;
         let ran = self.run_members(st, &plans.members, mem)?;
         let mut batch = Batch::default();
         let entries: Vec<[usize; 3]> = ran
@@ -323,7 +326,7 @@ impl Harness {
                 [
                     batch.compare(live.clone(), saved.clone(), true, false, second_poison),
                     batch.compare(live.clone(), reference.clone(), false, false, second_poison),
-                    batch.verify(live.clone(), seed_a),
+                    batch.verify(live.clone(), set_a),
                 ]
             })
             .collect();
@@ -342,7 +345,7 @@ impl Harness {
         if random_inputs(c) {
             let mut sides = vec![Who::Reference];
             sides.extend(members_of(st));
-            self.prepare(st, c, mem, &sides, seed_b, first_poison)?;
+            self.prepare(st, c, mem, &sides, set_b, first_poison)?;
             self.run(st, Who::Reference, &plans.reference, false)?;
             let ran = self.run_members(st, &plans.members, mem)?;
             let mut batch = Batch::default();
@@ -353,7 +356,7 @@ impl Harness {
                         batch.compare(live.clone(), reference.clone(), false, false, first_poison),
                         batch.compare(live.clone(), saved.clone(), true, true, first_poison),
                         batch.compare(reference.clone(), saved.clone(), true, false, first_poison),
-                        batch.verify(live.clone(), seed_b),
+                        batch.verify(live.clone(), set_b),
                     ]
                 })
                 .collect();
@@ -373,8 +376,82 @@ impl Harness {
                     && found.compares[changed].0.mismatches > 0;
             }
         }
+        // The task's other input regimes: once each, every side, checked like set A.
+        for (r, regime) in c.regimes.iter().enumerate() {
+            let set = InputSet {
+                seed: derive_seed(job.seed, domain::REGIME, ((k as u64) << 16) | r as u64),
+                regime: Some(r),
+                probe: None,
+            };
+            let mut sides = vec![Who::Reference];
+            sides.extend(members_of(st));
+            self.prepare(st, c, mem, &sides, set, first_poison)?;
+            self.run(st, Who::Reference, &plans.reference, false)?;
+            let ran = self.run_members(st, &plans.members, mem)?;
+            let mut batch = Batch::default();
+            let entries: Vec<(usize, usize)> = ran
+                .iter()
+                .map(|(_, live, _)| {
+                    (
+                        batch.compare(live.clone(), reference.clone(), false, false, first_poison),
+                        batch.verify(live.clone(), set),
+                    )
+                })
+                .collect();
+            let found = self.check_batch(st, c, mem, &batch)?;
+            for ((i, _, _), (cmp, ver)) in ran.iter().zip(entries) {
+                let (stats, first) = &found.compares[cmp];
+                let ch = &mut checks[*i];
+                ch.inputs_modified |= found.verifies[ver].mismatches > 0;
+                ch.regimes.push(RegimeCheck {
+                    name: regime.name.clone(),
+                    passed: stats.mismatches == 0 && stats.unwritten == 0,
+                    mismatches: stats.mismatches.max(stats.unwritten),
+                    first_mismatch: first.clone(),
+                });
+            }
+        }
+        // The precision probe, on the timed config (where lower precision would pay).
+        if k == job.timing_config && c.probes.iter().any(Option::is_some) {
+            let clean: Vec<usize> = st
+                .active()
+                .into_iter()
+                .filter(|&i| {
+                    let ch = &checks[i];
+                    ch.mismatches == 0
+                        && b_mismatches[i] == 0
+                        && ch.unwritten == 0
+                        && !ch.nondeterministic
+                        && ch.regimes.iter().all(|r| r.passed)
+                })
+                .collect();
+            if !clean.is_empty() {
+                let probes = self.probe_precision(st, k, c, mem, plans, &clean)?;
+                for (i, p) in probes {
+                    checks[i].precision = p;
+                }
+            }
+        }
         for i in st.active() {
             let mut ch = checks[i].clone();
+            for r in ch.regimes.iter().filter(|r| !r.passed) {
+                ch.reasons.push(match &r.first_mismatch {
+                    Some(m) => format!(
+                        "on input regime `{}`, {} output elements differ from the reference (first: {}[{}] = {}, want {})",
+                        r.name, r.mismatches, m.buffer, m.index, m.got, m.want
+                    ),
+                    None => format!(
+                        "on input regime `{}`, {} output elements differ from the reference",
+                        r.name, r.mismatches
+                    ),
+                });
+            }
+            for p in ch.precision.iter().filter(|p| !p.passed) {
+                ch.reasons.push(format!(
+                    "the outputs did not follow a change in the low-order bits of input `{}` as the reference's did (|Δout − Δref| = {:.2} |Δref|): the task asks for the precision of its contract, and TF32/FP16/BF16 arithmetic rounds those bits away",
+                    p.input, p.ratio
+                ));
+            }
             if ch.mismatches > 0 || b_mismatches[i] > 0 {
                 ch.mismatches = ch.mismatches.max(b_mismatches[i]);
                 ch.reasons.push(format!(
@@ -404,5 +481,165 @@ impl Harness {
             st.members[i].checks.push(ch);
         }
         Ok(())
+    }
+
+    /// The precision probe for `members` on config `k`: a base input set, then for each probed
+    /// input a set that differs from it only in that input's low-order bits (those the task's
+    /// contract keeps and coarser formats round away). Each run is also checked like any
+    /// other. Returns each member's probes.
+    fn probe_precision(
+        &mut self,
+        st: &mut JobState,
+        k: usize,
+        c: &JobConfig,
+        mem: &JobMemory,
+        plans: &ConfigPlans,
+        members: &[usize],
+    ) -> Run<Vec<(usize, Vec<PrecisionProbe>)>> {
+        let job = st.job;
+        let poison = POISONS[0];
+        let base = InputSet {
+            seed: derive_seed(job.seed, domain::PROBE, k as u64),
+            regime: None,
+            probe: Some(None),
+        };
+        let reference = mem.reference.slices();
+        let outputs: Vec<usize> = (0..job.buffers.len())
+            .filter(|&i| job.buffers[i].direction.is_output())
+            .collect();
+        let mut sides = vec![Who::Reference];
+        sides.extend(members.iter().map(|&i| Who::Member(i)));
+        let mut failed = vec![false; job.candidates.len()];
+        // Runs every side on `set` and checks the members against the reference.
+        let mut run_set = |h: &mut Harness, st: &mut JobState, set: InputSet| -> Run<Vec<usize>> {
+            h.prepare(st, c, mem, &sides, set, poison)?;
+            h.run(st, Who::Reference, &plans.reference, false)?;
+            let mut ran = Vec::new();
+            for &i in members {
+                if let SideRun::Ok(_) = h.run(st, Who::Member(i), &plans.members[i], false)? {
+                    ran.push(i);
+                }
+            }
+            let mut batch = Batch::default();
+            let entries: Vec<(usize, usize, usize)> = ran
+                .iter()
+                .filter_map(|&i| {
+                    let live = mem.side(Who::Member(i))?.slices();
+                    Some((
+                        i,
+                        batch.compare(live.clone(), reference.clone(), false, false, poison),
+                        batch.verify(live, set),
+                    ))
+                })
+                .collect();
+            let found = h.check_batch(st, c, mem, &batch)?;
+            for (i, cmp, ver) in entries {
+                if found.compares[cmp].0.mismatches > 0 || found.verifies[ver].mismatches > 0 {
+                    failed[i] = true;
+                }
+            }
+            Ok(ran)
+        };
+        let ran = run_set(self, st, base)?;
+        // Keep the base set's outputs of every side.
+        let stream = self.gpu.stream();
+        for &o in &outputs {
+            let bytes = job.buffer_bytes(c, o);
+            if let Some(Some(saved)) = mem.reference_saved.get(o) {
+                ours(
+                    saved
+                        .slice()
+                        .prefix(bytes)
+                        .copy_from(reference[o].prefix(bytes), stream),
+                )?;
+            }
+            for &i in &ran {
+                if let Some(side) = mem.side(Who::Member(i)) {
+                    let (live, saved) = (side.slices(), side.saved_slices());
+                    ours(
+                        saved[o]
+                            .prefix(bytes)
+                            .copy_from(live[o].prefix(bytes), stream),
+                    )?;
+                }
+            }
+        }
+        let mut out: Vec<(usize, Vec<PrecisionProbe>)> =
+            ran.iter().map(|&i| (i, Vec::new())).collect();
+        let probed: Vec<usize> = (0..job.buffers.len())
+            .filter(|&j| c.probes.get(j).is_some_and(Option::is_some))
+            .collect();
+        let sums = ours(
+            self.gpu
+                .alloc(24 * ran.len().max(1), "precision probe sums"),
+        )?;
+        for &j in &probed {
+            let set = InputSet {
+                probe: Some(Some(j)),
+                ..base
+            };
+            let again = run_set(self, st, set)?;
+            self.clock_start()?;
+            ours(sums.slice().memset(0, stream))?;
+            for (slot, &i) in ran.iter().enumerate() {
+                let Some(side) = mem.side(Who::Member(i)).filter(|_| again.contains(&i)) else {
+                    continue;
+                };
+                let (live, saved) = (side.slices(), side.saved_slices());
+                for &o in &outputs {
+                    let Some(Some(ref_saved)) = mem.reference_saved.get(o) else {
+                        continue;
+                    };
+                    let out_slot = sums.slice().past(24 * slot as u64).prefix(24);
+                    ours(self.support.sensitivity(
+                        (live[o], saved[o]),
+                        (reference[o], ref_saved.slice()),
+                        job.buffers[o].dtype,
+                        c.lens[o],
+                        out_slot,
+                        stream,
+                    ))?;
+                }
+            }
+            self.clock_stop_sync(st, "measuring the precision probe")?;
+            let bytes = ours(sums.slice().read(0, 24 * ran.len()))?;
+            for (slot, (i, probes)) in out.iter_mut().enumerate() {
+                if !again.contains(i) {
+                    continue;
+                }
+                let at = |w: usize| {
+                    let b = &bytes[24 * slot + 8 * w..24 * slot + 8 * w + 8];
+                    f64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
+                };
+                let (err, moved, scale) = (at(0), at(1), at(2));
+                // Judged only when the reference's outputs moved visibly (2^-16 of their
+                // scale): otherwise these outputs do not depend on those bits.
+                let judged = moved > 0.0 && moved >= scale * 2f64.powi(-32);
+                let ratio = if judged {
+                    (err / moved).sqrt()
+                } else {
+                    f64::NAN
+                };
+                probes.push(PrecisionProbe {
+                    input: job.buffers[j].name.clone(),
+                    ratio,
+                    judged,
+                    passed: !judged || ratio <= PRECISION_PROBE_LIMIT,
+                });
+            }
+        }
+        // A probe run whose outputs left the tolerance is reported like any mismatch: as a
+        // failed probe of the input, with its ratio.
+        for (i, probes) in &mut out {
+            if failed[*i] && probes.iter().all(|p| p.passed) {
+                probes.push(PrecisionProbe {
+                    input: "(probe runs)".into(),
+                    ratio: f64::NAN,
+                    judged: true,
+                    passed: false,
+                });
+            }
+        }
+        Ok(out)
     }
 }

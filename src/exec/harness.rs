@@ -134,6 +134,14 @@ impl SideMemory {
     }
 }
 
+impl Drop for JobMemory {
+    fn drop(&mut self) {
+        for s in self.reference_saved.iter().flatten() {
+            s.scrub();
+        }
+    }
+}
+
 impl Drop for SideMemory {
     fn drop(&mut self) {
         for s in self.saved.iter().flatten() {
@@ -144,16 +152,43 @@ impl Drop for SideMemory {
     }
 }
 
+/// One input set: the values every side of a run is given. Every element derives from the
+/// job's secret through `seed`; the regime and the probe choose which distributions and which
+/// low-order bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InputSet {
+    pub seed: u64,
+    /// The config's regime that fills it (`None`: the main distributions).
+    pub regime: Option<usize>,
+    /// The precision probe: `None` off; `Some(None)` its base set (every probed input with
+    /// the first draw of its low-order bits); `Some(Some(j))` input `j` with the second.
+    pub probe: Option<Option<usize>>,
+}
+
+impl InputSet {
+    /// The main distributions' set `seed`.
+    pub fn main(seed: u64) -> InputSet {
+        InputSet {
+            seed,
+            regime: None,
+            probe: None,
+        }
+    }
+}
+
 /// A job's device memory, as the harness sees it (each config uses the start of every buffer).
 pub(crate) struct JobMemory {
     pub reference: SideMemory,
+    /// Per ABI buffer, a harness-owned copy of the reference's output (the precision probe
+    /// compares two runs of each side).
+    pub reference_saved: Vec<Option<DeviceBuffer>>,
     /// Per member (`None` for members no longer running).
     pub members: Vec<Option<SideMemory>>,
     /// Per ABI buffer with a fill, the input set generated once here (harness-owned, out of
     /// every runner's reach): sides get copies of it, and their inputs are verified against it.
     pub pristine: Vec<Option<DeviceBuffer>>,
     /// The input set `pristine` holds now.
-    pub pristine_seed: std::cell::Cell<Option<u64>>,
+    pub pristine_set: std::cell::Cell<Option<InputSet>>,
 }
 
 impl JobMemory {
@@ -645,6 +680,7 @@ impl Harness {
                                     configs: m.checks,
                                     seed: job.seed,
                                     protocol: PROTOCOL_VERSION,
+                                    precision: job.precision.clone(),
                                 }),
                                 // A config timed before a later one failed awards nothing.
                                 m.timing.filter(|_| all),
@@ -822,7 +858,7 @@ impl Harness {
             if st.active().is_empty() {
                 break;
             }
-            mem.pristine_seed.set(None);
+            mem.pristine_set.set(None);
             let plans = ConfigPlans::new(job, c);
             let t = Instant::now();
             self.check_config(st, k, c, &mem, &plans)?;
@@ -938,11 +974,31 @@ impl Harness {
                     .transpose()
             })
             .collect::<Run<Vec<_>>>()?;
+        let reference_saved = job
+            .buffers
+            .iter()
+            .zip(&sizes.saved)
+            .map(|(b, &bytes)| {
+                (bytes > 0
+                    && job
+                        .configs
+                        .iter()
+                        .any(|c| c.probes.iter().any(Option::is_some)))
+                .then(|| {
+                    ours(self.gpu.alloc(
+                        bytes as usize,
+                        &format!("saved reference output `{}`", b.name),
+                    ))
+                })
+                .transpose()
+            })
+            .collect::<Run<Vec<_>>>()?;
         Ok(JobMemory {
             reference,
+            reference_saved,
             members,
             pristine,
-            pristine_seed: std::cell::Cell::new(None),
+            pristine_set: std::cell::Cell::new(None),
         })
     }
 
@@ -996,28 +1052,48 @@ impl Harness {
         Ok(())
     }
 
-    /// Makes `mem`'s generated inputs hold input set `seed` (enqueued).
-    pub fn generate(&self, st: &JobState, c: &JobConfig, mem: &JobMemory, seed: u64) -> Run<()> {
-        if mem.pristine_seed.get() == Some(seed) {
+    /// Makes `mem`'s generated inputs hold input set `set` (enqueued).
+    pub fn generate(
+        &self,
+        st: &JobState,
+        c: &JobConfig,
+        mem: &JobMemory,
+        set: InputSet,
+    ) -> Run<()> {
+        if mem.pristine_set.get() == Some(set) {
             return Ok(());
         }
+        let fills = match set.regime {
+            Some(r) => c.regimes.get(r).map_or(&c.fills, |r| &r.fills),
+            None => &c.fills,
+        };
         for (i, b) in st.job.buffers.iter().enumerate() {
-            if let (Some(f), Some(Some(dst))) = (&c.fills[i], mem.pristine.get(i)) {
-                ours(self.support.fill(
-                    dst.slice(),
-                    b.dtype,
-                    c.lens[i],
-                    buffer_seed(seed, i),
-                    f,
-                    self.gpu.stream(),
-                ))?;
+            if let (Some(Some(f)), Some(Some(dst))) = (fills.get(i), mem.pristine.get(i)) {
+                let seed = buffer_seed(set.seed, i);
+                let stream = self.gpu.stream();
+                ours(
+                    self.support
+                        .fill(dst.slice(), b.dtype, c.lens[i], seed, f, stream),
+                )?;
+                if let (Some(changed), Some(Some(bits))) = (set.probe, c.probes.get(i)) {
+                    let draw = u64::from(changed == Some(i));
+                    let seed = super::timing::derive_seed(seed, super::timing::domain::PROBE, draw);
+                    ours(self.support.perturb(
+                        dst.slice(),
+                        b.dtype,
+                        c.lens[i],
+                        seed,
+                        *bits,
+                        stream,
+                    ))?;
+                }
             }
         }
-        mem.pristine_seed.set(Some(seed));
+        mem.pristine_set.set(Some(set));
         Ok(())
     }
 
-    /// Writes input set `seed` into the sides and fills their outputs with the `poison`
+    /// Writes input set `set` into the sides and fills their outputs with the `poison`
     /// byte; waits. The set is generated once and copied into every side.
     pub fn prepare(
         &self,
@@ -1025,12 +1101,12 @@ impl Harness {
         c: &JobConfig,
         mem: &JobMemory,
         sides: &[Who],
-        seed: u64,
+        set: InputSet,
         poison: u8,
     ) -> Run<()> {
         let stream = self.gpu.stream();
         self.clock_start()?;
-        self.generate(st, c, mem, seed)?;
+        self.generate(st, c, mem, set)?;
         let bufs: Vec<Vec<DevSlice>> = sides
             .iter()
             .filter_map(|&who| mem.side(who).map(SideMemory::slices))

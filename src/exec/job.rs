@@ -37,7 +37,7 @@ pub enum JobParam {
 /// How to fill an input buffer (the support kernel's modes).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Fill {
-    /// 0 uniform, 1 normal, 2 integer range, 3 arange, 4 constant.
+    /// 0 uniform, 1 normal, 2 integer range, 3 arange, 4 constant, 5 ragged arange.
     pub mode: i32,
     /// First parameter (low, mean, start, value).
     pub a: f64,
@@ -45,6 +45,41 @@ pub struct Fill {
     pub b: f64,
     /// Whether a new seed gives new values.
     pub random: bool,
+    /// Special values mixed in (bits of [`crate::task::SpecialValue::bit`]; 0: none).
+    #[serde(default)]
+    pub special: u32,
+    /// Fraction of elements replaced by a special value.
+    #[serde(default)]
+    pub special_rate: f64,
+}
+
+impl Fill {
+    /// A fill of `mode` with parameters `a`, `b` and no special values.
+    pub fn new(mode: i32, a: f64, b: f64, random: bool) -> Fill {
+        Fill {
+            mode,
+            a,
+            b,
+            random,
+            special: 0,
+            special_rate: 0.0,
+        }
+    }
+
+    /// Whether the values are drawn from a continuous distribution (uniform or normal),
+    /// which the precision probe may change in their low-order bits.
+    pub fn is_continuous(&self) -> bool {
+        self.random && (self.mode == 0 || self.mode == 1) && self.special == 0
+    }
+}
+
+/// An input regime of one config: other fills for some inputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRegime {
+    /// The regime's name (for reports).
+    pub name: String,
+    /// Fill per buffer (`None` for outputs).
+    pub fills: Vec<Option<Fill>>,
 }
 
 /// One configuration, evaluated.
@@ -58,6 +93,12 @@ pub struct JobConfig {
     pub scalars: Vec<f64>,
     /// Fill per buffer (`None` for outputs).
     pub fills: Vec<Option<Fill>>,
+    /// The task's other input regimes that apply to this config, each checked once.
+    #[serde(default)]
+    pub regimes: Vec<JobRegime>,
+    /// Per buffer, the low-order bits the precision probe changes (`None`: not probed).
+    #[serde(default)]
+    pub probes: Vec<Option<crate::task::ProbeBits>>,
     /// The reference's plan.
     pub reference: ResolvedPlan,
     /// Each candidate's plan, in member order.
@@ -170,6 +211,13 @@ pub struct ExecJob {
     /// deadline); a member past it is a `timeout` and the others go on.
     #[serde(default)]
     pub member_budget_ms: u64,
+    /// The task's precision contract, in words (for the report).
+    #[serde(default)]
+    pub precision: String,
+    /// Bytes one run of the timed config must move, from the task's `min_bytes` (`None`:
+    /// the ABI's bytes, [`ExecJob::abi_bytes`]).
+    #[serde(default)]
+    pub min_bytes: Option<f64>,
 }
 
 fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Result<Fill, String> {
@@ -180,6 +228,14 @@ fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Re
         Distribution::IntRange { low, high } => (2, e(low)?, e(high)?),
         Distribution::Arange { start, step } => (3, e(start)?, e(step)?),
         Distribution::Constant { value } => (4, e(value)?, 0.0),
+        Distribution::Ragged { start, step } => (5, e(start)?, e(step)?),
+        Distribution::Special { base, values, rate } => {
+            let mut f = fill_for(base, dtype, sizes)?;
+            f.special = values.iter().fold(0, |m, v| m | v.bit());
+            f.special_rate = *rate;
+            f.random = true;
+            return Ok(f);
+        }
     };
     // Integer buffers cannot hold fractions: uniform/normal become integer-valued.
     let mode = if !dtype.is_float() && mode <= 1 {
@@ -187,12 +243,7 @@ fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Re
     } else {
         mode
     };
-    Ok(Fill {
-        mode,
-        a,
-        b,
-        random: dist.is_random(),
-    })
+    Ok(Fill::new(mode, a, b, dist.is_random()))
 }
 
 /// What one config of a task evaluates to: buffer lengths, scalar values and input fills.
@@ -217,7 +268,6 @@ impl ConfigValues {
             .map(|b| b.2)
             .collect();
         let mut scalars = Vec::new();
-        let mut fills = Vec::new();
         for param in &task.params {
             match param {
                 Param::Scalar { name, dtype, value } => {
@@ -230,36 +280,45 @@ impl ConfigValues {
                         v.map_err(|e| format!("scalar `{name}` in config `{}`: {e}", cfg.name))?,
                     );
                 }
-                Param::Buffer {
-                    name,
-                    direction,
-                    dtype,
-                    ..
-                } => {
-                    scalars.push(0.0);
-                    fills.push(if direction.is_input() {
-                        let dist = task
-                            .inputs
-                            .get(name)
-                            .cloned()
-                            .unwrap_or_else(|| Distribution::default_for(*dtype));
-                        Some(
-                            fill_for(&dist, *dtype, &cfg.sizes).map_err(|e| {
-                                format!("inputs.{name} in config `{}`: {e}", cfg.name)
-                            })?,
-                        )
-                    } else {
-                        None
-                    });
-                }
+                Param::Buffer { .. } => scalars.push(0.0),
             }
         }
         Ok(ConfigValues {
             lens,
             scalars,
-            fills,
+            fills: fills_of(task, cfg, None)?,
         })
     }
+}
+
+/// The fill of every buffer of `task` on `cfg` (`None` for `out` buffers): the main
+/// distributions, or those of `regime` where it gives one.
+pub fn fills_of(
+    task: &Task,
+    cfg: &crate::task::InputConfig,
+    regime: Option<&crate::task::Regime>,
+) -> Result<Vec<Option<Fill>>, String> {
+    let mut fills = Vec::new();
+    for b in task.buffers() {
+        if !b.direction.is_input() {
+            fills.push(None);
+            continue;
+        }
+        let dist = regime
+            .and_then(|r| r.inputs.get(b.name))
+            .or_else(|| task.inputs.get(b.name))
+            .cloned()
+            .unwrap_or_else(|| Distribution::default_for(b.dtype));
+        let field = match regime {
+            Some(r) => format!("regime `{}`: inputs.{}", r.name, b.name),
+            None => format!("inputs.{}", b.name),
+        };
+        fills
+            .push(Some(fill_for(&dist, b.dtype, &cfg.sizes).map_err(|e| {
+                format!("{field} in config `{}`: {e}", cfg.name)
+            })?));
+    }
+    Ok(fills)
 }
 
 /// Why a job could not be built: a candidate's plan fails for some config.
@@ -396,23 +455,46 @@ impl ExecJob {
                 scalars,
                 fills,
             } = ConfigValues::of(task, cfg).map_err(BuildError::Reference)?;
+            let regimes = task
+                .regimes
+                .iter()
+                .filter(|r| r.applies_to(&cfg.name))
+                .map(|r| {
+                    Ok(JobRegime {
+                        name: r.name.clone(),
+                        fills: fills_of(task, cfg, Some(r))?,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map_err(BuildError::Reference)?;
+            // The probe changes low-order bits of continuous float inputs the contract
+            // says must keep them.
+            let probes = task
+                .buffers()
+                .zip(&fills)
+                .map(|(b, f)| {
+                    f.as_ref()
+                        .filter(|f| f.is_continuous() && b.direction == Direction::In)
+                        .and_then(|_| task.precision.probe_bits(b.dtype))
+                })
+                .collect();
             configs.push(JobConfig {
                 name: cfg.name.clone(),
                 lens,
                 scalars,
                 fills,
+                regimes,
+                probes,
                 reference: p.reference.plans[k].clone(),
                 candidates: p.candidates.iter().map(|s| s.plans[k].clone()).collect(),
             });
         }
-        let flops = match (&task.flops, p.configs.get(timing_config)) {
-            (Some(e), Some(&ci)) => task
-                .configs
-                .get(ci)
-                .and_then(|c| e.eval_f64(&c.sizes).ok())
-                .unwrap_or(0.0),
-            _ => 0.0,
+        let timed_value = |e: &Option<crate::expr::Expr>| {
+            let c = task.configs.get(*p.configs.get(timing_config)?)?;
+            e.as_ref()?.eval_f64(&c.sizes).ok()
         };
+        let flops = timed_value(&task.flops).unwrap_or(0.0);
+        let min_bytes = timed_value(&task.min_bytes);
         Ok(ExecJob {
             buffers,
             params,
@@ -434,6 +516,8 @@ impl ExecJob {
             deadline_ms: p.deadline_ms,
             run_limit_ms: p.run_limit_ms,
             member_budget_ms: p.member_budget_ms,
+            precision: task.precision.describe(),
+            min_bytes,
         })
     }
 
@@ -452,6 +536,13 @@ impl ExecJob {
             (Some(b), Some(n)) => n * b.dtype.size_bytes(),
             _ => 0,
         }
+    }
+
+    /// Bytes the timed config must move: the task's `min_bytes` where it declares them,
+    /// else every ABI byte once.
+    pub fn floor_bytes(&self) -> f64 {
+        self.min_bytes
+            .unwrap_or_else(|| self.abi_bytes(self.timing_config) as f64)
     }
 
     /// Bytes the ABI must move once: inputs read, outputs written (inout both).

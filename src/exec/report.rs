@@ -22,7 +22,12 @@ fn nan_pair_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<[f64; 2], D::Erro
 ///   warm-up, repetition counts and batch boundaries drawn from the job's secret; scratch
 ///   zeroed inside the timed window; compute and bandwidth floors; unstable references
 ///   withhold the speedup.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// * 3: nothing survives between runs (a module with writable data is reloaded before each
+///   run, the device heap is refused, buffers are zeroed past the bytes a run uses); two
+///   output poisons; every input regime of the task checked on every config; the precision
+///   probe on the timed config; floors from the task's declared minimum bytes; a member's
+///   timeouts are its own (per-run limit and budget).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 fn protocol_v1() -> u32 {
     1
@@ -148,7 +153,46 @@ pub struct ConfigCheck {
     pub timed_run_mismatch: bool,
     /// Why it failed, in words (empty when passed).
     pub reasons: Vec<String>,
+    /// The task's input regimes this config checked, and whether each passed.
+    #[serde(default)]
+    pub regimes: Vec<RegimeCheck>,
+    /// The precision probe, per probed input (the timed config only).
+    #[serde(default)]
+    pub precision: Vec<PrecisionProbe>,
 }
+
+/// One input regime of a config ([`crate::task::Regime`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegimeCheck {
+    /// The regime's name.
+    pub name: String,
+    /// Every output within tolerance, every element written, inputs untouched.
+    pub passed: bool,
+    /// Output elements outside tolerance (or never written).
+    pub mismatches: u64,
+    /// The first mismatching element.
+    pub first_mismatch: Option<Mismatch>,
+}
+
+/// How the outputs followed a change in the low-order bits of one input (the precision
+/// probe): bits that arithmetic at the task's contracted precision keeps and TF32, FP16 or
+/// BF16 would round away. `ratio` is ‖Δout − Δref‖ / ‖Δref‖ over the outputs: near 0 when
+/// the candidate computes at the contract's precision, 1 when it ignores those bits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrecisionProbe {
+    /// The input whose bits changed.
+    pub input: String,
+    /// ‖Δout − Δref‖ / ‖Δref‖ (NaN when not judged).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub ratio: f64,
+    /// Whether the reference's outputs moved enough for the ratio to mean something.
+    pub judged: bool,
+    /// Not judged, or ratio within [`PRECISION_PROBE_LIMIT`].
+    pub passed: bool,
+}
+
+/// Largest ‖Δout − Δref‖ / ‖Δref‖ a candidate may show on the precision probe.
+pub const PRECISION_PROBE_LIMIT: f64 = 0.5;
 
 /// `stages.correctness` of a report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,6 +210,9 @@ pub struct CorrectnessStage {
     /// The protocol version ([`PROTOCOL_VERSION`]; 1 for reports without the field).
     #[serde(default = "protocol_v1")]
     pub protocol: u32,
+    /// The task's precision contract, in words.
+    #[serde(default)]
+    pub precision: String,
 }
 
 /// Occupancy of one kernel from the driver.

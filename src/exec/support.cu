@@ -51,10 +51,44 @@ template <typename T> __device__ __forceinline__ bool is_poison(T v, unsigned ch
     return true;
 }
 
-// mode: 0 uniform [a, b), 1 normal (mean a, std b), 2 integers in [a, b), 3 arange a + i*b, 4 constant a
+template <typename T> __device__ __forceinline__ double min_normal();
+template <> __device__ __forceinline__ double min_normal<float>() { return 1.1754943508222875e-38; }
+template <> __device__ __forceinline__ double min_normal<__nv_bfloat16>() { return 1.1754943508222875e-38; }
+template <> __device__ __forceinline__ double min_normal<__half>() { return 6.103515625e-05; }
+template <> __device__ __forceinline__ double min_normal<double>() { return 2.2250738585072014e-308; }
+template <typename T> __device__ __forceinline__ double min_normal() { return 0.0; }
+
+// The special value element i takes instead of its drawn one (special: 1 NaN, 2 +Inf,
+// 4 -Inf, 8 -0.0, 16 denormal of T), with probability rate; false when it keeps its own.
 template <typename T>
-__device__ __forceinline__ T fill_value(unsigned long long i, unsigned long long seed, int mode, double a, double b) {
+__device__ __forceinline__ bool special_value(unsigned long long i, unsigned long long seed, unsigned int special,
+                                              double rate, double* v) {
+    if (special == 0u || u01(seed, i, 2) >= rate) return false;
+    unsigned long long chosen = mix64(seed ^ mix64(i * 2ULL + 3ULL));
+    unsigned long long k = chosen % (unsigned long long)__popc(special);
+    unsigned int bit = 1u;
+    for (unsigned int b = 0, seen = 0; b < 32; ++b) {
+        if (special & (1u << b)) {
+            if (seen == k) { bit = 1u << b; break; }
+            ++seen;
+        }
+    }
+    double sign = (chosen >> 63) ? -1.0 : 1.0;
+    if (bit == 1u) *v = __longlong_as_double(0x7FF8000000000000LL);
+    else if (bit == 2u) *v = __longlong_as_double(0x7FF0000000000000LL);
+    else if (bit == 4u) *v = __longlong_as_double((long long)0xFFF0000000000000ULL);
+    else if (bit == 8u) *v = -0.0;
+    else *v = sign * (0.25 + 0.5 * u01(seed, i, 3)) * min_normal<T>();
+    return true;
+}
+
+// mode: 0 uniform [a, b), 1 normal (mean a, std b), 2 integers in [a, b), 3 arange a + i*b,
+// 4 constant a, 5 ragged arange (a + i*b plus an integer in [0, b] between the fixed ends)
+template <typename T>
+__device__ __forceinline__ T fill_value(unsigned long long i, unsigned long long n, unsigned long long seed, int mode,
+                                        double a, double b, unsigned int special, double rate) {
     double v;
+    if (special_value<T>(i, seed, special, rate, &v)) return from_double<T>(v);
     if (mode == 0) {
         v = a + (b - a) * u01(seed, i, 0);
     } else if (mode == 1) {
@@ -66,6 +100,9 @@ __device__ __forceinline__ T fill_value(unsigned long long i, unsigned long long
         v = lo + (double)(mix64(seed ^ mix64(i)) % span);
     } else if (mode == 3) {
         v = a + (double)i * b;
+    } else if (mode == 5) {
+        v = a + (double)i * b;
+        if (i != 0 && i + 1 < n) v += floor(u01(seed, i, 0) * (b + 1.0));
     } else {
         v = a;
     }
@@ -73,10 +110,62 @@ __device__ __forceinline__ T fill_value(unsigned long long i, unsigned long long
 }
 
 template <typename T>
-__device__ void fill(T* out, unsigned long long n, unsigned long long seed, int mode, double a, double b) {
+__device__ void fill(T* out, unsigned long long n, unsigned long long seed, int mode, double a, double b,
+                     unsigned int special, double rate) {
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        out[i] = fill_value<T>(i, seed, mode, a, b);
+        out[i] = fill_value<T>(i, n, seed, mode, a, b, special, rate);
+}
+
+// The precision probe: mantissa bits [lo, hi) of every normal element replaced by bits drawn
+// from (seed, i), and bit 0 set, so that two input sets differ only where a format coarser
+// than the task's contract rounds (the coarser format rounds both alike).
+extern "C" __global__ void perturb_f32(unsigned int* x, unsigned long long n, unsigned long long seed, int lo, int hi) {
+    unsigned int mask = (hi >= 32 ? 0xFFFFFFFFu : ((1u << hi) - 1u)) & ~((1u << lo) - 1u);
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        unsigned int v = x[i], e = (v >> 23) & 0xFFu;
+        if (e == 0u || e == 0xFFu) continue;
+        x[i] = (v & ~mask) | ((unsigned int)mix64(seed ^ mix64(i)) & mask) | 1u;
+    }
+}
+
+extern "C" __global__ void perturb_f64(unsigned long long* x, unsigned long long n, unsigned long long seed, int lo, int hi) {
+    unsigned long long mask = (hi >= 64 ? ~0ULL : ((1ULL << hi) - 1ULL)) & ~((1ULL << lo) - 1ULL);
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        unsigned long long v = x[i], e = (v >> 52) & 0x7FFULL;
+        if (e == 0ULL || e == 0x7FFULL) continue;
+        x[i] = (v & ~mask) | (mix64(seed ^ mix64(i)) & mask) | 1ULL;
+    }
+}
+
+// How a member's outputs followed a change of inputs compared with the reference's: over the
+// elements finite in all four buffers, out[0] += ((c1-c0) - (r1-r0))^2, out[1] += (r1-r0)^2,
+// out[2] += r0^2.
+template <typename T>
+__device__ void sensitivity(const T* c1, const T* c0, const T* r1, const T* r0, unsigned long long n, double* out) {
+    double e = 0.0, d = 0.0, s = 0.0;
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        double a1 = to_double(c1[i]), a0 = to_double(c0[i]), b1 = to_double(r1[i]), b0 = to_double(r0[i]);
+        if (!(isfinite(a1) && isfinite(a0) && isfinite(b1) && isfinite(b0))) continue;
+        double dr = b1 - b0, dc = a1 - a0;
+        e += (dc - dr) * (dc - dr);
+        d += dr * dr;
+        s += b0 * b0;
+    }
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        e += __shfl_down_sync(0xffffffffu, e, off);
+        d += __shfl_down_sync(0xffffffffu, d, off);
+        s += __shfl_down_sync(0xffffffffu, s, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicAdd(&out[0], e);
+        atomicAdd(&out[1], d);
+        atomicAdd(&out[2], s);
+    }
 }
 
 template <typename T> __device__ __forceinline__ bool same_bits(T x, T y) {
@@ -238,8 +327,13 @@ __device__ void verify(const Targets& t, const T* pristine, unsigned long long n
 
 #define CUDAPERF_DTYPE(NAME, T)                                                                       \
     extern "C" __global__ void fill_##NAME(T* out, unsigned long long n, unsigned long long seed,    \
-                                           int mode, double a, double b) {                           \
-        fill<T>(out, n, seed, mode, a, b);                                                            \
+                                           int mode, double a, double b, unsigned int special,       \
+                                           double rate) {                                            \
+        fill<T>(out, n, seed, mode, a, b, special, rate);                                             \
+    }                                                                                                 \
+    extern "C" __global__ void sensitivity_##NAME(const T* c1, const T* c0, const T* r1, const T* r0, \
+                                                  unsigned long long n, double* out) {               \
+        sensitivity<T>(c1, c0, r1, r0, n, out);                                                       \
     }                                                                                                 \
     extern "C" __global__ void compare_##NAME(Targets t, const T* want, unsigned long long n,        \
                                               double atol, double rtol, int nan_equal, int poison) { \

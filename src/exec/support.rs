@@ -151,6 +151,9 @@ fn chunks(n: u64, dtype: DType) -> u64 {
 pub(crate) struct Support {
     copy: sys::CUfunction,
     fill: HashMap<DType, sys::CUfunction>,
+    sensitivity: HashMap<DType, sys::CUfunction>,
+    perturb_f32: sys::CUfunction,
+    perturb_f64: sys::CUfunction,
     compare: HashMap<DType, sys::CUfunction>,
     verify: HashMap<DType, sys::CUfunction>,
     max_blocks: u32,
@@ -211,6 +214,9 @@ impl Support {
         Ok(Support {
             copy: module.function("copy_fanout").map_err(|e| e.to_string())?,
             fill: table("fill")?,
+            sensitivity: table("sensitivity")?,
+            perturb_f32: module.function("perturb_f32").map_err(|e| e.to_string())?,
+            perturb_f64: module.function("perturb_f64").map_err(|e| e.to_string())?,
             compare: table("compare")?,
             verify: table("verify")?,
             max_blocks: (sms.max(1) as u32) * 16,
@@ -243,9 +249,65 @@ impl Support {
             arg_i32(f.mode),
             arg_f64(f.a),
             arg_f64(f.b),
+            arg_i32(f.special as i32),
+            arg_f64(f.special_rate),
         ];
         self.launch(self.fill[&dtype], n, args, stream, || {
             format!("filling inputs ({dtype})")
+        })
+    }
+
+    /// Replaces mantissa bits `[lo, hi)` of every normal element of `dst` (f32 or f64) with
+    /// bits drawn from `seed` and sets bit 0 (the precision probe).
+    pub fn perturb(
+        &self,
+        dst: DevSlice,
+        dtype: DType,
+        n: u64,
+        seed: u64,
+        bits: crate::task::ProbeBits,
+        stream: sys::CUstream,
+    ) -> Result<(), CudaError> {
+        let f = match dtype {
+            DType::F32 => self.perturb_f32,
+            DType::F64 => self.perturb_f64,
+            _ => return Ok(()),
+        };
+        let args = vec![
+            arg_u64(dst.ptr),
+            arg_u64(n),
+            arg_u64(seed),
+            arg_i32(bits.lo as i32),
+            arg_i32(bits.hi as i32),
+        ];
+        self.launch(f, n, args, stream, || {
+            format!("perturbing inputs ({dtype})")
+        })
+    }
+
+    /// Accumulates into the three doubles at `out` how the member's outputs `c1` (on the
+    /// changed inputs) and `c0` followed the reference's `r1` and `r0`: Σ(Δc−Δr)², Σ(Δr)²,
+    /// Σr0², over `n` elements.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sensitivity(
+        &self,
+        (c1, c0): (DevSlice, DevSlice),
+        (r1, r0): (DevSlice, DevSlice),
+        dtype: DType,
+        n: u64,
+        out: DevSlice,
+        stream: sys::CUstream,
+    ) -> Result<(), CudaError> {
+        let args = vec![
+            arg_u64(c1.ptr),
+            arg_u64(c0.ptr),
+            arg_u64(r1.ptr),
+            arg_u64(r0.ptr),
+            arg_u64(n),
+            arg_u64(out.ptr),
+        ];
+        self.launch(self.sensitivity[&dtype], n, args, stream, || {
+            format!("measuring the precision probe ({dtype})")
         })
     }
 

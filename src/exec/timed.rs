@@ -12,7 +12,9 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::checks::{Batch, POISONS};
-use super::harness::{ConfigPlans, Harness, JobMemory, JobState, Run, SidePlan, SideRun, Who};
+use super::harness::{
+    ConfigPlans, Harness, InputSet, JobMemory, JobState, Run, SidePlan, SideRun, Who,
+};
 use super::job::{JobConfig, TimingOptions};
 use super::report::{KernelOccupancy, TimingStage, PROTOCOL_VERSION};
 use super::timing::{self, derive_seed, domain, Schedule};
@@ -34,7 +36,14 @@ impl Harness {
         let mut times = Vec::new();
         for i in 0..opts.calibration_runs.max(3) {
             let seed = derive_seed(st.job.seed, domain::CALIBRATION, u64::from(i));
-            self.prepare(st, c, mem, &[Who::Reference], seed, POISONS[0])?;
+            self.prepare(
+                st,
+                c,
+                mem,
+                &[Who::Reference],
+                InputSet::main(seed),
+                POISONS[0],
+            )?;
             if let SideRun::Ok(ms) = self.run(st, Who::Reference, plan, opts.flush_l2)? {
                 if i > 0 {
                     times.push(ms * 1e3);
@@ -97,7 +106,7 @@ impl Harness {
                 // The poison of a timed run is drawn from its seed: a kernel that leaves the
                 // elements equal to one pattern unwritten is caught on the runs of the other.
                 let poison = POISONS[(seed >> 63) as usize];
-                self.prepare(st, c, mem, &sides, seed, poison)?;
+                self.prepare(st, c, mem, &sides, InputSet::main(seed), poison)?;
                 sides.shuffle(&mut order_rng);
                 let mut r_ms = None;
                 let mut times = Vec::new();
@@ -121,7 +130,7 @@ impl Harness {
                         let own = mem.side(Who::Member(i))?.slices();
                         let cmp =
                             checks.compare(own.clone(), reference.clone(), false, false, poison);
-                        Some((i, ms, cmp, checks.verify(own, seed)))
+                        Some((i, ms, cmp, checks.verify(own, InputSet::main(seed))))
                     })
                     .collect();
                 let found = self.check_batch(st, c, mem, &checks)?;
@@ -201,7 +210,7 @@ impl Harness {
         } else {
             self.info.peak_tflops
         };
-        let bytes = job.abi_bytes(job.timing_config) as f64;
+        let bytes = job.floor_bytes();
         let floor_us = if bandwidth > 0.0 {
             bytes / (bandwidth * 1e3)
         } else {

@@ -169,6 +169,10 @@ pub mod domain {
     pub const SCHEDULE: u64 = 5;
     /// The bootstrap's random stream.
     pub const BOOTSTRAP: u64 = 6;
+    /// Input regime `r` of config `k` (index = k << 16 | r).
+    pub const REGIME: u64 = 7;
+    /// The precision probe's input sets of config `k`.
+    pub const PROBE: u64 = 8;
 }
 
 /// The timing loop's counts for one job, drawn from its secret: a candidate that counts

@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::expr::{Expr, Sizes};
 
+mod contract;
+
+pub use contract::{Precision, PrecisionContract, ProbeBits, Regime};
+
 /// A buffer parameter of a task's ABI, borrowed ([`Task::buffers`]).
 #[derive(Debug, Clone, Copy)]
 pub struct BufferParam<'a> {
@@ -282,6 +286,60 @@ pub enum Distribution {
         /// The value.
         value: Bound,
     },
+    /// A non-decreasing sequence of irregular steps, for offsets such as CSR row pointers
+    /// with rows of varied length: element 0 is `start`, the last is `start + (n-1)*step`,
+    /// and each element in between is `start + i*step` plus a random integer in
+    /// `[0, step]`, so consecutive differences (row lengths) range over `[0, 2*step]`, empty
+    /// rows included.
+    Ragged {
+        /// First value.
+        start: Bound,
+        /// Mean increment (an integer >= 0).
+        step: Bound,
+    },
+    /// Values of `base` with special floating-point values mixed in at `rate`: NaN, ±Inf,
+    /// -0.0, denormals. Only for float buffers of tasks whose original defines what these do.
+    Special {
+        /// The distribution of the other elements.
+        base: Box<Distribution>,
+        /// Which special values appear.
+        values: Vec<SpecialValue>,
+        /// Fraction of elements replaced, in (0, 1].
+        rate: f64,
+    },
+}
+
+/// A special floating-point value an input regime may mix in ([`Distribution::Special`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SpecialValue {
+    /// A quiet NaN.
+    #[serde(rename = "nan")]
+    Nan,
+    /// +Inf.
+    #[serde(rename = "inf")]
+    Inf,
+    /// -Inf.
+    #[serde(rename = "-inf")]
+    NegInf,
+    /// Negative zero.
+    #[serde(rename = "-0")]
+    NegZero,
+    /// A subnormal of the buffer's type, of either sign.
+    #[serde(rename = "denormal")]
+    Denormal,
+}
+
+impl SpecialValue {
+    /// Its bit in [`crate::exec::Fill::special`] (the input generator's encoding).
+    pub fn bit(self) -> u32 {
+        match self {
+            SpecialValue::Nan => 1,
+            SpecialValue::Inf => 2,
+            SpecialValue::NegInf => 4,
+            SpecialValue::NegZero => 8,
+            SpecialValue::Denormal => 16,
+        }
+    }
 }
 
 impl Distribution {
@@ -305,12 +363,14 @@ impl Distribution {
 
     /// Whether the values differ between two input sets (false for `arange` and `constant`).
     pub fn is_random(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Distribution::Uniform { .. }
-                | Distribution::Normal { .. }
-                | Distribution::IntRange { .. }
-        )
+            | Distribution::Normal { .. }
+            | Distribution::IntRange { .. }
+            | Distribution::Ragged { .. }
+            | Distribution::Special { .. } => true,
+            Distribution::Arange { .. } | Distribution::Constant { .. } => false,
+        }
     }
 
     fn bounds(&self) -> Vec<&Bound> {
@@ -319,8 +379,33 @@ impl Distribution {
                 vec![low, high]
             }
             Distribution::Normal { mean, std } => vec![mean, std],
-            Distribution::Arange { start, step } => vec![start, step],
+            Distribution::Arange { start, step } | Distribution::Ragged { start, step } => {
+                vec![start, step]
+            }
             Distribution::Constant { value } => vec![value],
+            Distribution::Special { base, .. } => base.bounds(),
+        }
+    }
+
+    /// What is wrong with this distribution for a buffer of `dtype`, if anything.
+    fn check(&self, dtype: DType) -> Result<(), String> {
+        match self {
+            Distribution::Special { base, values, rate } => {
+                if !dtype.is_float() {
+                    return Err(format!("special values need a float buffer, not {dtype}"));
+                }
+                if values.is_empty() {
+                    return Err("`values` lists no special value".into());
+                }
+                if !(rate.is_finite() && *rate > 0.0 && *rate <= 1.0) {
+                    return Err(format!("`rate` is {rate}; it must be in (0, 1]"));
+                }
+                if matches!(**base, Distribution::Special { .. }) {
+                    return Err("`base` cannot itself be `special`".into());
+                }
+                base.check(dtype)
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -406,6 +491,14 @@ pub struct Task {
     /// "original_numpy.py"`): a `forward(*inputs)` function with the module's semantics, run
     /// where PyTorch is not importable (see `originals`).
     pub numpy_twin: Option<String>,
+    /// The least bytes one run must move through device memory, as an expression over the
+    /// sizes (`min_bytes`), for tasks that need less than every ABI byte once (a triangular
+    /// matrix read through a square buffer). `None`: the ABI's bytes.
+    pub min_bytes: Option<Expr>,
+    /// What arithmetic the results must match (`[precision]`).
+    pub precision: PrecisionContract,
+    /// Other input regimes checked on every job (`[[regimes]]`).
+    pub regimes: Vec<Regime>,
 }
 
 /// Why a task could not be loaded.
@@ -463,6 +556,12 @@ struct RawTask {
     flops: Option<String>,
     #[serde(default)]
     numpy_twin: Option<String>,
+    #[serde(default)]
+    min_bytes: Option<String>,
+    #[serde(default)]
+    precision: PrecisionContract,
+    #[serde(default)]
+    regimes: Vec<Regime>,
 }
 
 #[derive(Deserialize)]
@@ -857,23 +956,35 @@ impl Task {
         }
 
         // Distributions: only for input buffers; defaults filled in.
-        let mut inputs = BTreeMap::new();
-        for (name, dist) in &raw.inputs {
-            let field = format!("inputs.{name}");
-            match params.iter().find(|p| p.name() == name) {
-                Some(Param::Buffer { direction, .. }) if direction.is_input() => {}
-                Some(_) => return Err(invalid(field, format!("`{name}` is not an input buffer"))),
-                None => return Err(invalid(field, format!("no parameter named `{name}`"))),
-            }
-            for b in dist.bounds() {
-                for c in &raw.configs {
-                    b.eval(&c.sizes).map_err(|e| {
-                        invalid(field.clone(), format!("{e} in config `{}`", c.name))
-                    })?;
+        let check_inputs = |prefix: &str,
+                            given: &BTreeMap<String, Distribution>,
+                            configs: &[&InputConfig]|
+         -> Result<(), TaskError> {
+            for (name, dist) in given {
+                let field = format!("{prefix}.{name}");
+                let dtype = match params.iter().find(|p| p.name() == name) {
+                    Some(Param::Buffer {
+                        direction, dtype, ..
+                    }) if direction.is_input() => *dtype,
+                    Some(_) => {
+                        return Err(invalid(field, format!("`{name}` is not an input buffer")))
+                    }
+                    None => return Err(invalid(field, format!("no parameter named `{name}`"))),
+                };
+                dist.check(dtype).map_err(|m| invalid(field.clone(), m))?;
+                for b in dist.bounds() {
+                    for c in configs {
+                        b.eval(&c.sizes).map_err(|e| {
+                            invalid(field.clone(), format!("{e} in config `{}`", c.name))
+                        })?;
+                    }
                 }
             }
-            inputs.insert(name.clone(), dist.clone());
-        }
+            Ok(())
+        };
+        let all_configs: Vec<&InputConfig> = raw.configs.iter().collect();
+        check_inputs("inputs", &raw.inputs, &all_configs)?;
+        let mut inputs = raw.inputs.clone();
         for p in &params {
             if let Param::Buffer {
                 name,
@@ -897,30 +1008,81 @@ impl Task {
             ));
         }
 
-        let flops = match &raw.flops {
-            None => None,
-            Some(text) => {
-                let e = Expr::parse(text).map_err(|e| invalid("flops".into(), e.to_string()))?;
-                for (ci, c) in raw.configs.iter().enumerate() {
-                    let v = e.eval_f64(&c.sizes).map_err(|err| {
-                        invalid(
-                            "flops".into(),
-                            format!("{err} in config `{}` (configs[{ci}])", c.name),
-                        )
-                    })?;
-                    if !(v.is_finite() && v >= 0.0) {
-                        return Err(invalid(
-                            "flops".into(),
-                            format!(
-                                "evaluates to {v} in config `{}` (configs[{ci}]); it must be a finite count >= 0",
-                                c.name
-                            ),
-                        ));
-                    }
+        // A count over the sizes that must be finite and >= 0 in every config.
+        let count = |field: &str, text: &Option<String>| -> Result<Option<Expr>, TaskError> {
+            let Some(text) = text else { return Ok(None) };
+            let e = Expr::parse(text).map_err(|e| invalid(field.into(), e.to_string()))?;
+            for (ci, c) in raw.configs.iter().enumerate() {
+                let v = e.eval_f64(&c.sizes).map_err(|err| {
+                    invalid(
+                        field.into(),
+                        format!("{err} in config `{}` (configs[{ci}])", c.name),
+                    )
+                })?;
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(invalid(
+                        field.into(),
+                        format!(
+                            "evaluates to {v} in config `{}` (configs[{ci}]); it must be a finite count >= 0",
+                            c.name
+                        ),
+                    ));
                 }
-                Some(e)
             }
+            Ok(Some(e))
         };
+        let flops = count("flops", &raw.flops)?;
+        let min_bytes = count("min_bytes", &raw.min_bytes)?;
+
+        // The precision contract: lowering it below an input's own type needs a reason.
+        let precision = raw.precision.clone();
+        if let Some(p) = precision.operands {
+            let lowered = params.iter().any(|param| {
+                matches!(param, Param::Buffer { direction, dtype, .. }
+                    if direction.is_input() && Precision::of(*dtype).is_some_and(|own| p > own))
+            });
+            if lowered && precision.reason.trim().is_empty() {
+                return Err(invalid(
+                    "precision.reason".into(),
+                    format!("`operands = \"{p}\"` allows less precision than the inputs' types: say why in `reason`"),
+                ));
+            }
+        }
+
+        // Input regimes: unique names, known configs, valid distributions.
+        let mut regime_names = BTreeSet::new();
+        for (ri, r) in raw.regimes.iter().enumerate() {
+            let field = |f: &str| format!("regimes[{ri}].{f}");
+            if !is_identifier(&r.name) || !regime_names.insert(r.name.as_str()) {
+                return Err(invalid(
+                    field("name"),
+                    format!(
+                        "`{}` must be an identifier, unique among the regimes",
+                        r.name
+                    ),
+                ));
+            }
+            if r.inputs.is_empty() {
+                return Err(invalid(
+                    field("inputs"),
+                    "a regime replaces the distribution of at least one input".into(),
+                ));
+            }
+            for name in &r.configs {
+                if !raw.configs.iter().any(|c| &c.name == name) {
+                    return Err(invalid(
+                        field("configs"),
+                        format!("no config named `{name}`"),
+                    ));
+                }
+            }
+            let configs: Vec<&InputConfig> = raw
+                .configs
+                .iter()
+                .filter(|c| r.applies_to(&c.name))
+                .collect();
+            check_inputs(&field("inputs"), &r.inputs, &configs)?;
+        }
 
         let (_, original) = read("original", &raw.original)?;
         let numpy_twin = match &raw.numpy_twin {
@@ -974,6 +1136,9 @@ impl Task {
             implementations,
             flops,
             numpy_twin,
+            min_bytes,
+            precision,
+            regimes: raw.regimes,
         };
         for (ci, c) in task.configs.iter().enumerate() {
             let bytes = task.buffer_bytes(c).map_err(|m| {
