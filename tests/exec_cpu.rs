@@ -152,6 +152,7 @@ fn job_building_evaluates_everything() {
         peak_tflops: 0.0,
         deadline_ms: 60_000,
         run_limit_ms: 30_000,
+        member_budget_ms: 30_000,
     })
     .expect("job");
     assert_eq!(job.flops, 0.0, "vector_add declares no flops");
