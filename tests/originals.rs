@@ -353,6 +353,7 @@ fn the_reference_run_reads_the_inputs_it_was_given() {
             peak_tflops: 0.0,
             deadline_ms: 0,
             run_limit_ms: 0,
+            member_budget_ms: 0,
         })
         .expect("job");
         let inputs = HostInputs::generate(&task, cfg, seed).expect("inputs");

@@ -21,7 +21,7 @@ pub mod worker;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -294,6 +294,8 @@ pub struct Compiler {
     worker: Option<PathBuf>,
     /// Allowlisted headers checked on their own: `Some(problem)` where one does not compile.
     headers: Mutex<HashMap<&'static str, Option<String>>>,
+    /// How candidates are handed to NVRTC, found once (it looks at the include folder).
+    invocation: OnceLock<Invocation>,
 }
 
 /// A kernel every working NVRTC compiles: run after a compile ends in a way that might be
@@ -341,6 +343,7 @@ impl Compiler {
             pool,
             worker,
             headers: Mutex::new(HashMap::new()),
+            invocation: OnceLock::new(),
         })
     }
 
@@ -404,14 +407,16 @@ impl Compiler {
                 exprs.push(e.clone());
             }
         }
-        let invocation = self.options.invocation(lib.include_dir.as_deref());
+        let invocation = self
+            .invocation
+            .get_or_init(|| self.options.invocation(lib.include_dir.as_deref()));
         let key = cache::cache_key(source, &invocation.key_parts(), lib.version, &exprs);
         let entry = match self.cache.get(&key) {
             Some(entry) => (entry, true),
             None => {
                 let raw = match &self.pool {
                     Some(pool) => {
-                        match self.compile_in_worker(pool, source, &invocation, &exprs, start) {
+                        match self.compile_in_worker(pool, source, invocation, &exprs, start) {
                             Ok(raw) => raw,
                             Err(outcome) => return outcome,
                         }
@@ -430,7 +435,7 @@ impl Compiler {
                         }
                     },
                 };
-                let entry = self.entry_from(raw, &invocation, lib.include_dir.as_deref());
+                let entry = self.entry_from(raw, invocation, lib.include_dir.as_deref());
                 let entry = match self.cache.put(&key, entry.clone()) {
                     Ok(e) => e,
                     Err(err) => {
@@ -446,7 +451,7 @@ impl Compiler {
             // A failure inside an allowlisted header that fails on its own too is this
             // installation's (missing or broken CUDA headers), not the candidate's.
             for header in headers {
-                if let Some(problem) = self.header_problem(header, &invocation, lib) {
+                if let Some(problem) = self.header_problem(header, invocation, lib) {
                     return CompileOutcome::Unavailable {
                         reason: format!(
                             "the allowed header <{header}> does not compile with this CUDA installation ({problem}); install the CUDA headers that match NVRTC (a CUDA toolkit, or the nvidia-cuda-runtime and nvidia-cuda-crt wheels) or point CUDAPERF_CUDA_INCLUDE at them"
