@@ -428,3 +428,197 @@ fn two_instantiations_are_separate_kernels() {
         [("k<256>".to_string(), 1024), ("k<64>".to_string(), 256)]
     );
 }
+
+/// One tile of C = A·B on tensor cores through WMMA: `$frag` is the operand type of the
+/// fragments, `$shape` the M, N, K of one MMA, `$convert` turns a float into `$frag`.
+fn wmma_kernel(includes: &str, frag: &str, shape: &str, convert: &str) -> String {
+    format!(
+        "// @launch wmma_tile grid=(1) block=(32)\n\
+         {includes}\n\
+         using namespace nvcuda;\n\
+         extern \"C\" __global__ void wmma_tile(const float* a, const float* b, float* c, int m, int n, int k) {{\n\
+           __shared__ float sa[16 * 16], sb[16 * 16];\n\
+           for (int i = threadIdx.x; i < 256; i += 32) {{ sa[i] = a[i]; sb[i] = b[i]; }}\n\
+           __syncwarp();\n\
+           wmma::fragment<wmma::matrix_a, {shape}, {frag}, wmma::row_major> fa;\n\
+           wmma::fragment<wmma::matrix_b, {shape}, {frag}, wmma::row_major> fb;\n\
+           wmma::fragment<wmma::accumulator, {shape}, float> fc;\n\
+           wmma::fill_fragment(fc, 0.0f);\n\
+           __shared__ {storage} ta[16 * 16], tb[16 * 16];\n\
+           for (int i = threadIdx.x; i < 256; i += 32) {{ ta[i] = {convert}(sa[i]); tb[i] = {convert}(sb[i]); }}\n\
+           __syncwarp();\n\
+           wmma::load_matrix_sync(fa, ta, 16);\n\
+           wmma::load_matrix_sync(fb, tb, 16);\n\
+           wmma::mma_sync(fc, fa, fb, fc);\n\
+           wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);\n\
+         }}\n",
+        storage = if frag == "wmma::precision::tf32" { "float" } else { frag },
+    )
+}
+
+/// Tensor-core kernels compile under the include sandbox: `mma.h` pulls `crt/mma.h`, which
+/// includes `"mma.hpp"` by a quoted relative path — blocked by `--no-source-include`, it
+/// made every WMMA kernel a compile error scored as the candidate's (issue 19). fp16, bf16
+/// and tf32 fragments, each to an sm_90 cubin with resources, in a sandboxed worker.
+#[test]
+fn wmma_kernels_compile_for_fp16_bf16_and_tf32() {
+    require_nvrtc!();
+    let compiler = Compiler::new(sandboxed()).expect("compiler");
+    let cases = [
+        (
+            "#include <mma.h>\n#include <cuda_fp16.h>",
+            "half",
+            "16, 16, 16",
+            "__float2half",
+        ),
+        (
+            "#include <cuda_bf16.h>\n#include \"mma.h\"",
+            "__nv_bfloat16",
+            "16, 16, 16",
+            "__float2bfloat16",
+        ),
+        (
+            "#include <mma.h>",
+            "wmma::precision::tf32",
+            "16, 16, 8",
+            "wmma::__float_to_tf32",
+        ),
+    ];
+    for (includes, frag, shape, convert) in cases {
+        let src = wmma_kernel(includes, frag, shape, convert);
+        let out = compiler.compile(&Candidate::parse(&src).unwrap());
+        let m = out
+            .module()
+            .unwrap_or_else(|| panic!("{frag}: expected Compiled, got {out:?}\n{src}"));
+        assert_eq!(&m.cubin[..4], b"\x7fELF", "{frag}: a cubin");
+        assert_eq!(m.kernels.len(), 1, "{frag}: {:?}", m.kernels);
+        assert_eq!(m.kernels[0].name, "wmma_tile");
+        assert!(m.kernels[0].registers > 0, "{frag}: {:?}", m.kernels[0]);
+    }
+}
+
+/// Every allowlisted header compiles on its own where this installation has it; one that
+/// cannot compile here is reported `unavailable` below, never the candidate's error.
+#[test]
+fn allowlisted_headers_compile_or_are_unavailable() {
+    require_nvrtc!();
+    let compiler = Compiler::new(sandboxed()).expect("compiler");
+    for header in cudaperf::compile::ALLOWED_INCLUDES {
+        let src = format!(
+            "#include <{header}>\n// @launch k grid=(1) block=(1)\nextern \"C\" __global__ void k(float* a) {{ a[0] = 1.0f; }}\n"
+        );
+        match compiler.compile(&Candidate::parse(&src).unwrap()) {
+            CompileOutcome::Compiled { .. } => {}
+            CompileOutcome::Unavailable { reason } => {
+                assert!(reason.contains(header), "{header}: {reason}");
+                eprintln!("NOTE: <{header}> cannot compile with this CUDA installation: {reason}");
+            }
+            other => panic!("<{header}> alone must never be the candidate's failure: {other:?}"),
+        }
+    }
+    // The headers of the WMMA kernels are there on every supported installation.
+    for header in ["cuda_fp16.h", "cuda_bf16.h", "mma.h", "cuda_pipeline.h"] {
+        let src = format!(
+            "#include <{header}>\n// @launch k grid=(1) block=(1)\nextern \"C\" __global__ void k(float* a) {{ a[0] = 1.0f; }}\n"
+        );
+        let out = compiler.compile(&Candidate::parse(&src).unwrap());
+        assert!(out.is_compiled(), "<{header}>: {out:?}");
+    }
+}
+
+/// Quoted includes are searched in the CUDA include folder, never in the working folder:
+/// files named like allowed headers in the CLI's working folder are not read (each would
+/// stop the compile with its `#error`).
+#[test]
+fn headers_in_the_working_folder_are_not_read() {
+    require_nvrtc!();
+    let tmp = tempfile::tempdir().unwrap();
+    for h in ["cuda_fp16.h", "mma.h", "mma.hpp", "vector_types.h"] {
+        std::fs::write(
+            tmp.path().join(h),
+            "#error LEAKED_FROM_THE_WORKING_FOLDER\n",
+        )
+        .unwrap();
+    }
+    let file = tmp.path().join("cand.cu");
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n#include \"cuda_fp16.h\"\n",
+            wmma_kernel("#include \"mma.h\"", "half", "16, 16, 16", "__float2half")
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(common::cudaperf_bin());
+    cmd.current_dir(tmp.path())
+        .arg("score")
+        .arg("--task")
+        .arg(common::fixture("tasks/matmul"))
+        .arg(&file)
+        .arg("--json");
+    let (out, _) = common::run_limited(&mut cmd, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("LEAKED"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["stages"]["compile"]["ok"], true, "{v}");
+}
+
+/// An allowed header the installation cannot compile (here: an include folder holding
+/// `mma.h` without the `crt/` it needs) makes the stage `unavailable`, not the candidate's
+/// compile error; a candidate's own error with the same folder is still its own.
+#[test]
+fn a_broken_header_installation_is_unavailable_not_the_candidates_error() {
+    require_nvrtc!();
+    let lib = cudaperf::compile::nvrtc::load().unwrap();
+    let Some(real) = &lib.include_dir else {
+        eprintln!("SKIPPED: no CUDA include folder next to NVRTC");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for h in [
+        "cuda_fp16.h",
+        "cuda_fp16.hpp",
+        "vector_types.h",
+        "vector_functions.h",
+        "mma.h",
+    ] {
+        if real.join(h).exists() {
+            std::fs::copy(real.join(h), tmp.path().join(h)).unwrap();
+        }
+    }
+    let run = |src: &str| {
+        let file = tmp.path().join("cand.cu");
+        std::fs::write(&file, src).unwrap();
+        let mut cmd = common::cli();
+        cmd.env("CUDAPERF_CUDA_INCLUDE", tmp.path())
+            .arg("score")
+            .arg("--task")
+            .arg(common::fixture("tasks/matmul"))
+            .arg(&file)
+            .arg("--json");
+        let (out, _) = common::run_limited(&mut cmd, Duration::from_secs(60));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        v
+    };
+    let wmma = run(&wmma_kernel(
+        "#include <mma.h>",
+        "half",
+        "16, 16, 16",
+        "__float2half",
+    ));
+    let c = &wmma["stages"]["compile"];
+    assert_eq!(c["status"], "unavailable", "{wmma}");
+    assert!(
+        c["reason"].as_str().unwrap_or_default().contains("<mma.h>"),
+        "{wmma}"
+    );
+    assert!(wmma["value"].is_null(), "no made-up number: {wmma}");
+    let own_error = run("#include <mma.h>\n// @launch matmul grid=(1) block=(1)\nextern \"C\" __global__ void matmul(const float* a, const float* b, float* c, int m, int n, int k) { c[0] = nope; }\n");
+    // mma.h is still broken, so even this cannot be blamed on the candidate...
+    assert_eq!(own_error["stages"]["compile"]["status"], "unavailable");
+    let plain = run("#include <cuda_fp16.h>\n// @launch matmul grid=(1) block=(1)\nextern \"C\" __global__ void matmul(const float* a, const float* b, float* c, int m, int n, int k) { c[0] = nope; }\n");
+    // ...while with a header that works the error is the candidate's.
+    assert_eq!(plain["stages"]["compile"]["status"], "error", "{plain}");
+}

@@ -298,3 +298,82 @@ fn samples_update_keeps_other_tasks_of_the_same_input_set() {
     let replaced = old.update(other.clone());
     assert_eq!(replaced, other);
 }
+
+/// Guards the originals checker's reference run (issue 19): the last input written before
+/// the reference's launch must be on the device when the kernel reads it. `cuMemcpyHtoD`
+/// from pageable memory may return with its DMA still in flight on the legacy stream, which
+/// the harness's non-blocking stream does not wait for; the gather reference once read stale
+/// indices that way (256,769 of 257,000 outputs wrong, then right on a re-run). Every config
+/// (the smallest as in that failure, the largest with a 268 MB index buffer), five input
+/// sets each, checked element by element against the gather on the CPU.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_reference_run_reads_the_inputs_it_was_given() {
+    use cudaperf::candidate::{Candidate, PlanLimits};
+    use cudaperf::compile::{CompileOptions, CompileOutcome, Compiler, Isolation};
+    use cudaperf::exec::{DirectGpu, ExecJob, JobParts, JobSide};
+    let gpu = match DirectGpu::open() {
+        Ok(g) => g,
+        Err(reason) => {
+            eprintln!("SKIPPED (no GPU): {reason}");
+            return;
+        }
+    };
+    let task = Task::load(common::fixture("tasks/gather_dim1_i64")).expect("task");
+    let compiler = Compiler::new(CompileOptions {
+        arch: gpu.arch().to_string(),
+        isolation: Isolation::InProcess,
+        ..Default::default()
+    })
+    .expect("compiler");
+    let cand = Candidate::parse(&task.reference.source).expect("reference parses");
+    let CompileOutcome::Compiled { module, .. } = compiler.compile(&cand) else {
+        panic!("the reference does not compile")
+    };
+    for (ci, seed) in (0..task.configs.len()).flat_map(|c| (1..=5u64).map(move |s| (c, s))) {
+        let cfg = &task.configs[ci];
+        let plans = [cand
+            .resolve(&task, cfg, &PlanLimits::default())
+            .expect("plan")];
+        let (rows, cols, k) = (cfg.sizes["rows"], cfg.sizes["cols"], cfg.sizes["k"]);
+        let job = ExecJob::build(JobParts {
+            task: &task,
+            configs: &[ci],
+            reference: JobSide {
+                candidate: &cand,
+                module: &module,
+                plans: &plans,
+            },
+            candidates: &[],
+            timing_config: 0,
+            seed,
+            timing: None,
+            max_device_bytes: u64::MAX,
+            bandwidth_gbps: 0.0,
+            peak_tflops: 0.0,
+            deadline_ms: 0,
+            run_limit_ms: 0,
+            member_budget_ms: 0,
+        })
+        .expect("job");
+        let inputs = HostInputs::generate(&task, cfg, seed).expect("inputs");
+        let out = gpu.run_reference(&job, 0, &inputs.buffers).expect("runs");
+        let x = inputs.buffers[0].as_ref().unwrap();
+        let index = inputs.buffers[1].as_ref().unwrap();
+        let y = &out[2];
+        let mut wrong = 0u64;
+        for i in 0..(rows * k) as usize {
+            let r = i / k as usize;
+            let at = i64::from_le_bytes(index[8 * i..8 * i + 8].try_into().unwrap()) as usize;
+            let want = &x[4 * (r * cols as usize + at)..][..4];
+            wrong += u64::from(&y[4 * i..4 * i + 4] != want);
+        }
+        assert_eq!(
+            wrong,
+            0,
+            "{} seed {seed}: {wrong} of {} gathered values are wrong",
+            cfg.name,
+            rows * k
+        );
+    }
+}

@@ -189,6 +189,7 @@ fn syntax(errors: u32) -> SyntaxStage {
         error_nodes: errors,
         missing_nodes: 0,
         first_error_line: (errors > 0).then_some(1),
+        grammar_gaps: 0,
     }
 }
 

@@ -326,17 +326,36 @@ pub struct Totals {
 
 /// Parse-level health: a graded signal for the reward's syntax stage.
 ///
-/// JSON: `{"error_nodes", "missing_nodes", "truncated", "parse_failed"}`.
+/// JSON: `{"error_nodes", "missing_nodes", "grammar_gaps", "truncated", "parse_failed"}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SyntaxFeatures {
     /// tree-sitter `ERROR` nodes.
     pub error_nodes: u32,
     /// tree-sitter `MISSING` nodes (tokens the parser had to invent).
     pub missing_nodes: u32,
+    /// Error and missing nodes moved out of the two counts above by
+    /// [`SyntaxFeatures::attribute_to_grammar`]: the code compiled, so they were the
+    /// grammar's.
+    #[serde(default)]
+    pub grammar_gaps: u32,
     /// The input exceeded the size cap or the analysis budget and was cut short.
     pub truncated: bool,
     /// The parser produced no tree at all.
     pub parse_failed: bool,
+}
+
+impl SyntaxFeatures {
+    /// Moves the error and missing nodes to [`SyntaxFeatures::grammar_gaps`]: for code that
+    /// NVRTC compiled, whatever tree-sitter-cuda could not parse is a gap of the grammar,
+    /// never a syntax error of the code (and must not cost it structure score).
+    pub fn attribute_to_grammar(&mut self) {
+        self.grammar_gaps = self
+            .grammar_gaps
+            .saturating_add(self.error_nodes)
+            .saturating_add(self.missing_nodes);
+        self.error_nodes = 0;
+        self.missing_nodes = 0;
+    }
 }
 
 /// Structural features of one candidate source file.

@@ -79,7 +79,8 @@ pub(crate) fn trip_count(
 impl<'t> Walker<'_, 't> {
     /// `for`, `while`, `do`, range-`for`.
     pub fn loop_statement(&mut self, node: Node<'t>) {
-        let unrolled = std::mem::take(&mut self.pending_unroll);
+        let unrolled =
+            super::gaps::unrolled_at(&self.prog.unroll_ends, self.src, node.start_byte());
         self.k.loops.loops += 1;
         if unrolled {
             self.k.loops.unrolled += 1;

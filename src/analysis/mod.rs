@@ -36,6 +36,7 @@ mod compute;
 mod consts;
 mod divergence;
 mod features;
+mod gaps;
 mod loops;
 mod memory_ops;
 mod node;
@@ -96,8 +97,10 @@ pub fn try_analyze(source: &[u8]) -> Result<Features, AnalysisError> {
 /// Features of a source already parsed (the pipeline parses each submission once and shares
 /// the tree between its stages).
 pub fn analyze_tree(source: &SourceTree) -> Features {
-    let text = source.text();
-    let prog = parse::collect(source.tree(), text);
+    // The walkers read the text the tree was parsed from (grammar gaps blanked).
+    let text = source.parsed_text();
+    let mut prog = parse::collect(source.tree(), text);
+    prog.unroll_ends = source.unroll_ends().to_vec();
     let mut features = Features {
         syntax: prog.syntax.clone(),
         ..Features::default()

@@ -560,9 +560,10 @@ pub struct WarpProbe<'t> {
 impl<'t> WarpProbe<'t> {
     /// Finds the functions of `tree`.
     pub fn new(tree: &'t SourceTree) -> WarpProbe<'t> {
+        // The text the tree was parsed from (grammar gaps blanked), as the analysis reads.
         WarpProbe {
-            src: tree.text(),
-            prog: collect(tree.tree(), tree.text()),
+            src: tree.parsed_text(),
+            prog: collect(tree.tree(), tree.parsed_text()),
         }
     }
 

@@ -7,6 +7,10 @@ use super::{AnalysisError, MAX_SOURCE_BYTES};
 
 /// A CUDA source and its tree-sitter-cuda syntax tree.
 ///
+/// The tree is of the source with its grammar gaps blanked (constructs NVRTC compiles that
+/// the grammar misparses: `#pragma` lines, `_Pragma(...)`, `__align__(...)`), byte for byte,
+/// so every offset, line and column is the source's; see [`SourceTree::parsed_text`].
+///
 /// Parsing dominates the cost of the CPU stages (about 10 µs per line here), so the pipeline
 /// parses a submission once and hands the same tree to the syntax stage, the structure stage
 /// ([`analyze_tree`](super::analyze_tree)) and the ranker
@@ -23,6 +27,10 @@ use super::{AnalysisError, MAX_SOURCE_BYTES};
 #[derive(Clone)]
 pub struct SourceTree {
     text: String,
+    /// The text the tree was parsed from, where it differs from `text`.
+    parsed: Option<String>,
+    /// Ends of blanked `#pragma unroll`s (see `gaps::Neutralised::unroll_ends`).
+    unroll_ends: Vec<usize>,
     tree: Tree,
 }
 
@@ -57,13 +65,31 @@ impl SourceTree {
             });
         }
         let text = String::from_utf8_lossy(source).into_owned();
-        let tree = super::parse::parse(&text).ok_or(AnalysisError::ParseFailed)?;
-        Ok(SourceTree { text, tree })
+        let gaps = super::gaps::neutralise(&text);
+        let parsed = gaps.text.as_deref().unwrap_or(&text);
+        let tree = super::parse::parse(parsed).ok_or(AnalysisError::ParseFailed)?;
+        Ok(SourceTree {
+            text,
+            parsed: gaps.text,
+            unroll_ends: gaps.unroll_ends,
+            tree,
+        })
     }
 
     /// The source text (after lossy UTF-8 decoding).
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// The text the tree was parsed from: [`SourceTree::text`] with its grammar gaps
+    /// replaced by spaces (same length, same lines).
+    pub fn parsed_text(&self) -> &str {
+        self.parsed.as_deref().unwrap_or(&self.text)
+    }
+
+    /// Ends of the blanked `#pragma unroll`s, ascending (for [`super::gaps::unrolled_at`]).
+    pub(crate) fn unroll_ends(&self) -> &[usize] {
+        &self.unroll_ends
     }
 
     /// The syntax tree.

@@ -45,7 +45,6 @@ pub(super) struct Walker<'a, 't> {
     pub conds: Vec<Span>,
     /// A thread-dependent early `return` seen earlier in this function.
     pub divergent_return: Option<Span>,
-    pub pending_unroll: bool,
     pub inline_stack: Vec<String>,
     /// Nesting of subscript indices being visited (index math is not FLOPs).
     pub in_index: usize,
@@ -79,7 +78,6 @@ pub(crate) fn analyze_kernel<'t>(
         loops: Vec::new(),
         conds: Vec::new(),
         divergent_return: None,
-        pending_unroll: false,
         inline_stack: vec![name.to_string()],
         in_index: 0,
         depth: 0,
@@ -216,7 +214,7 @@ impl<'t> Walker<'_, 't> {
         }
         self.depth += 1;
         match node.kind_str() {
-            "compound_statement" => self.block(node),
+            "compound_statement" => self.children(node),
             "declaration" => self.declaration(node),
             "if_statement" => self.if_statement(node),
             "switch_statement" => self.switch_statement(node),
@@ -253,22 +251,6 @@ impl<'t> Walker<'_, 't> {
     pub fn children(&mut self, node: Node<'t>) {
         let mut c = node.walk();
         for ch in node.named_children(&mut c) {
-            self.visit(ch);
-        }
-    }
-
-    /// A `{ ... }` block; `#pragma unroll` applies to the next loop.
-    fn block(&mut self, node: Node<'t>) {
-        let mut c = node.walk();
-        for ch in node.named_children(&mut c) {
-            if ch.kind_str() == "preproc_call" {
-                let directive = ch.field("directive").map(|d| text(d, self.src));
-                let arg = ch.field("argument").map_or("", |a| text(a, self.src));
-                if directive == Some("#pragma") && arg.trim_start().starts_with("unroll") {
-                    self.pending_unroll = true;
-                }
-                continue;
-            }
             self.visit(ch);
         }
     }

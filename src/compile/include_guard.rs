@@ -104,6 +104,13 @@ fn preprocess_view(source: &str) -> Vec<(usize, String)> {
 
 /// Checks every directive that can read a file; returns the first forbidden one.
 pub fn check_includes(source: &str) -> Result<(), ForbiddenInclude> {
+    allowed_includes_of(source).map(|_| ())
+}
+
+/// The allowlisted headers a source names (in `#include` or `__has_include`), each once, in
+/// order; the first forbidden directive is an error.
+pub fn allowed_includes_of(source: &str) -> Result<Vec<&'static str>, ForbiddenInclude> {
+    let mut found = Vec::new();
     for (line, text) in preprocess_view(source) {
         let t = text.trim_start();
         let rest = if let Some(r) = t.strip_prefix('#') {
@@ -112,7 +119,7 @@ pub fn check_includes(source: &str) -> Result<(), ForbiddenInclude> {
             r
         } else {
             if text.contains("__has_include") {
-                check_has_include(line, &text)?;
+                check_has_include(line, &text, &mut found)?;
             }
             continue;
         };
@@ -123,7 +130,7 @@ pub fn check_includes(source: &str) -> Result<(), ForbiddenInclude> {
             .collect();
         let operand = rest[directive.len()..].trim();
         match directive.as_str() {
-            "include" => check_operand(line, "#include", operand)?,
+            "include" => check_operand(line, "#include", operand, &mut found)?,
             "include_next" | "import" | "embed" => {
                 return Err(ForbiddenInclude {
                     line,
@@ -132,15 +139,21 @@ pub fn check_includes(source: &str) -> Result<(), ForbiddenInclude> {
             }
             _ => {
                 if rest.contains("__has_include") {
-                    check_has_include(line, rest)?;
+                    check_has_include(line, rest, &mut found)?;
                 }
             }
         }
     }
-    Ok(())
+    Ok(found)
 }
 
-fn check_operand(line: usize, what: &str, operand: &str) -> Result<(), ForbiddenInclude> {
+/// Checks one include operand; an allowed header is added to `found` (once).
+fn check_operand(
+    line: usize,
+    what: &str,
+    operand: &str,
+    found: &mut Vec<&'static str>,
+) -> Result<(), ForbiddenInclude> {
     let name = if let Some(r) = operand.strip_prefix('<') {
         r.split_once('>')
     } else if let Some(r) = operand.strip_prefix('"') {
@@ -148,8 +161,14 @@ fn check_operand(line: usize, what: &str, operand: &str) -> Result<(), Forbidden
     } else {
         None
     };
+    let allowed = |n: &str| ALLOWED_INCLUDES.iter().copied().find(|a| *a == n.trim());
     match name {
-        Some((n, tail)) if tail.trim().is_empty() && ALLOWED_INCLUDES.contains(&n.trim()) => Ok(()),
+        Some((n, tail)) if tail.trim().is_empty() && allowed(n).is_some() => {
+            if let Some(header) = allowed(n).filter(|h| !found.contains(h)) {
+                found.push(header);
+            }
+            Ok(())
+        }
         Some((n, _)) => Err(ForbiddenInclude {
             line,
             message: format!(
@@ -167,7 +186,11 @@ fn check_operand(line: usize, what: &str, operand: &str) -> Result<(), Forbidden
     }
 }
 
-fn check_has_include(line: usize, text: &str) -> Result<(), ForbiddenInclude> {
+fn check_has_include(
+    line: usize,
+    text: &str,
+    found: &mut Vec<&'static str>,
+) -> Result<(), ForbiddenInclude> {
     let mut rest = text;
     while let Some(pos) = rest.find("__has_include") {
         let after = rest[pos + "__has_include".len()..].trim_start();
@@ -177,7 +200,7 @@ fn check_has_include(line: usize, text: &str) -> Result<(), ForbiddenInclude> {
             .and_then(|a| a.split_once(')'))
             .map(|(i, _)| i.trim());
         match inner {
-            Some(i) => check_operand(line, "__has_include", i)?,
+            Some(i) => check_operand(line, "__has_include", i, found)?,
             None => {
                 return Err(ForbiddenInclude {
                     line,
@@ -210,6 +233,14 @@ mod tests {
             "#embed \"/etc/passwd\"\n",
             "#if __has_include(\"/etc/shadow\")\n#endif\n",
             "#include \"cuda_fp16.h\" \"/etc/passwd\"\n",
+            // The CUDA headers' own internals resolve from the include folder now that
+            // quoted includes are searched there: a candidate still cannot name them.
+            "#include \"mma.hpp\"\n",
+            "#include <crt/mma.h>\n",
+            "#include \"crt/host_defines.h\"\n",
+            "#include \"cooperative_groups/details/info.h\"\n",
+            "#include \"../include/cuda_fp16.h\"\n",
+            "#include <nv/target>\n",
         ];
         for src in bad {
             assert!(check_includes(src).is_err(), "accepted: {src:?}");
@@ -229,6 +260,16 @@ mod tests {
         for src in good {
             assert!(check_includes(src).is_ok(), "rejected: {src:?}");
         }
+    }
+
+    #[test]
+    fn lists_the_allowed_headers_a_source_names() {
+        let src = "#include <mma.h>\n#include \"cuda_fp16.h\"\n#include <mma.h>\n#if __has_include(<cuda_bf16.h>)\n#endif\n";
+        assert_eq!(
+            allowed_includes_of(src).unwrap(),
+            ["mma.h", "cuda_fp16.h", "cuda_bf16.h"]
+        );
+        assert!(allowed_includes_of("int x;\n").unwrap().is_empty());
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Compile stage: NVRTC to a cubin, resource usage from ptxas, a content-addressed cache.
 //!
 //! Candidate source is untrusted. Before NVRTC sees it, `#include` directives are checked
-//! against [`ALLOWED_INCLUDES`] (see [`include_guard`]), and NVRTC runs with
-//! `--no-source-include` and only the CUDA include folder on its path. Because an NVRTC call
+//! against [`ALLOWED_INCLUDES`] (see [`include_guard`]), and NVRTC searches only the CUDA
+//! include folder (see [`Invocation`]): a host file outside it cannot be read into a compile,
+//! and the CUDA headers' own relative includes (`crt/mma.h` → `"mma.hpp"`) resolve the way
+//! they do under nvcc. An allowlisted header that this installation cannot compile is ours,
+//! never the candidate's: the outcome is [`CompileOutcome::Unavailable`]. Because an NVRTC call
 //! cannot be interrupted inside a process, untrusted compiles run in worker processes
 //! ([`crate::sandbox`]) that are killed when they pass [`CompileOptions::timeout`] (template
 //! bombs exist); the worker is replaced and the outcome is [`CompileOutcome::Timeout`].
@@ -16,15 +19,16 @@ pub mod nvrtc;
 pub mod ptxas;
 pub mod worker;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 pub use cache::{CacheEntry, CompileCache};
-pub use include_guard::{check_includes, ForbiddenInclude, ALLOWED_INCLUDES};
+pub use include_guard::{allowed_includes_of, check_includes, ForbiddenInclude, ALLOWED_INCLUDES};
 pub use ptxas::Resources;
 
 use crate::candidate::Candidate;
@@ -138,6 +142,70 @@ impl CompileOptions {
         f.extend(self.extra_flags.iter().cloned());
         f
     }
+
+    /// How a candidate is handed to NVRTC: a program name and flags that only make sense
+    /// together.
+    ///
+    /// NVRTC searches a quoted `#include` first in the folder of the file that contains it.
+    /// For the in-memory candidate that folder is the one of its program name, so a bare
+    /// `candidate.cu` would let `#include "cuda_fp16.h"` read a file of that name from the
+    /// process's working folder. [`CompileOptions::flags`] turns the search off with
+    /// `--no-source-include`, which also breaks the CUDA headers' own relative includes
+    /// (`crt/mma.h` includes `"mma.hpp"`, `cooperative_groups/reduce.h` includes
+    /// `"details/info.h"`): every WMMA kernel failed to compile. Here the candidate is named
+    /// as a file *inside* the CUDA include folder instead, so the folder of every file NVRTC
+    /// reads is inside that folder: the headers resolve as under nvcc, and the only files a
+    /// candidate can reach are the allowlisted headers ([`check_includes`]) and what they
+    /// include. `cccl/` (where CUDA 13 keeps `<nv/target>`) is searched too when present.
+    /// Without an include folder the flags are [`CompileOptions::flags`] (nothing to find).
+    pub fn invocation(&self, include_dir: Option<&std::path::Path>) -> Invocation {
+        let Some(dir) = include_dir else {
+            return Invocation {
+                program_name: PROGRAM_FILE.to_string(),
+                flags: self.flags(None),
+            };
+        };
+        let mut flags: Vec<String> = self
+            .flags(Some(dir))
+            .into_iter()
+            .filter(|f| f != "--no-source-include")
+            .collect();
+        let cccl = dir.join("cccl");
+        if cccl.is_dir() {
+            // Right after `-I<dir>`, before the operator's flags.
+            let at = flags
+                .iter()
+                .position(|f| f.starts_with("-I"))
+                .map_or(flags.len(), |i| i + 1);
+            flags.insert(at, format!("-I{}", cccl.display()));
+        }
+        Invocation {
+            program_name: dir.join(PROGRAM_FILE).display().to_string(),
+            flags,
+        }
+    }
+}
+
+/// The file name a candidate is compiled under (its compile log says `candidate.cu(7): ...`).
+pub const PROGRAM_FILE: &str = "candidate.cu";
+
+/// A program name and the NVRTC flags that go with it ([`CompileOptions::invocation`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// The name NVRTC gives the source; its folder is searched for quoted includes.
+    pub program_name: String,
+    /// The flags.
+    pub flags: Vec<String>,
+}
+
+impl Invocation {
+    /// The inputs of a compile that decide its result, for the cache key: the flags and the
+    /// program name (it decides where quoted includes are looked up).
+    fn key_parts(&self) -> Vec<String> {
+        let mut parts = self.flags.clone();
+        parts.push(format!("program={}", self.program_name));
+        parts
+    }
 }
 
 /// A successfully compiled module.
@@ -224,6 +292,10 @@ pub struct Compiler {
     /// The worker pool (sandboxed compiles), `None` for in-process compiles.
     pool: Option<Pool<CompileJob, Compiled>>,
     worker: Option<PathBuf>,
+    /// Allowlisted headers checked on their own: `Some(problem)` where one does not compile.
+    headers: Mutex<HashMap<&'static str, Option<String>>>,
+    /// How candidates are handed to NVRTC, found once (it looks at the include folder).
+    invocation: OnceLock<Invocation>,
 }
 
 /// A kernel every working NVRTC compiles: run after a compile ends in a way that might be
@@ -270,6 +342,8 @@ impl Compiler {
             options,
             pool,
             worker,
+            headers: Mutex::new(HashMap::new()),
+            invocation: OnceLock::new(),
         })
     }
 
@@ -306,11 +380,14 @@ impl Compiler {
     /// Compiles a source; `kernel_exprs` are the kernels (as launched) to resolve.
     pub fn compile_source(&self, source: &str, kernel_exprs: &[String]) -> CompileOutcome {
         let start = Instant::now();
-        if let Err(e) = check_includes(source) {
-            return CompileOutcome::Rejected {
-                reason: e.to_string(),
-            };
-        }
+        let headers = match allowed_includes_of(source) {
+            Ok(h) => h,
+            Err(e) => {
+                return CompileOutcome::Rejected {
+                    reason: e.to_string(),
+                }
+            }
+        };
         if source.contains('\0') {
             return CompileOutcome::Rejected {
                 reason: "source contains a NUL byte".into(),
@@ -330,34 +407,104 @@ impl Compiler {
                 exprs.push(e.clone());
             }
         }
-        let flags = self.options.flags(lib.include_dir.as_deref());
-        let key = cache::cache_key(source, &flags, lib.version, &exprs);
-        if let Some(entry) = self.cache.get(&key) {
-            return self.outcome(&entry, true, start);
-        }
-        let raw = match &self.pool {
-            Some(pool) => match self.compile_in_worker(pool, source, &flags, &exprs, start) {
-                Ok(raw) => raw,
-                Err(outcome) => return outcome,
-            },
-            None => match nvrtc::compile(source, "candidate.cu", &flags, &exprs) {
-                Ok(out) => out,
-                Err(e) => {
-                    return CompileOutcome::Unavailable {
-                        reason: e.to_string(),
+        let invocation = self
+            .invocation
+            .get_or_init(|| self.options.invocation(lib.include_dir.as_deref()));
+        let key = cache::cache_key(source, &invocation.key_parts(), lib.version, &exprs);
+        let entry = match self.cache.get(&key) {
+            Some(entry) => (entry, true),
+            None => {
+                let raw = match &self.pool {
+                    Some(pool) => {
+                        match self.compile_in_worker(pool, source, invocation, &exprs, start) {
+                            Ok(raw) => raw,
+                            Err(outcome) => return outcome,
+                        }
                     }
-                }
-            },
-        };
-        let entry = self.entry_from(raw, lib.include_dir.as_deref());
-        let entry = match self.cache.put(&key, entry.clone()) {
-            Ok(e) => e,
-            Err(err) => {
-                tracing::warn!("compile cache write failed: {err}");
-                Arc::new(entry)
+                    None => match nvrtc::compile(
+                        source,
+                        &invocation.program_name,
+                        &invocation.flags,
+                        &exprs,
+                    ) {
+                        Ok(out) => out,
+                        Err(e) => {
+                            return CompileOutcome::Unavailable {
+                                reason: e.to_string(),
+                            }
+                        }
+                    },
+                };
+                let entry = self.entry_from(raw, invocation, lib.include_dir.as_deref());
+                let entry = match self.cache.put(&key, entry.clone()) {
+                    Ok(e) => e,
+                    Err(err) => {
+                        tracing::warn!("compile cache write failed: {err}");
+                        Arc::new(entry)
+                    }
+                };
+                (entry, false)
             }
         };
-        self.outcome(&entry, false, start)
+        let (entry, cached) = entry;
+        if !entry.ok {
+            // A failure inside an allowlisted header that fails on its own too is this
+            // installation's (missing or broken CUDA headers), not the candidate's.
+            for header in headers {
+                if let Some(problem) = self.header_problem(header, invocation, lib) {
+                    return CompileOutcome::Unavailable {
+                        reason: format!(
+                            "the allowed header <{header}> does not compile with this CUDA installation ({problem}); install the CUDA headers that match NVRTC (a CUDA toolkit, or the nvidia-cuda-runtime and nvidia-cuda-crt wheels) or point CUDAPERF_CUDA_INCLUDE at them"
+                        ),
+                    };
+                }
+            }
+        }
+        self.outcome(&entry, cached, start)
+    }
+
+    /// Why `#include <header>` alone does not compile here, or `None` when it does. Checked
+    /// once per header and compiler; a check that cannot run is not remembered and blames
+    /// nobody (`None`).
+    fn header_problem(
+        &self,
+        header: &'static str,
+        invocation: &Invocation,
+        lib: &nvrtc::NvrtcLib,
+    ) -> Option<String> {
+        if let Some(known) = self.headers.lock().ok()?.get(header) {
+            return known.clone();
+        }
+        let source = format!("#include <{header}>\n");
+        let out = match &self.pool {
+            Some(pool) => {
+                let job = CompileJob {
+                    source,
+                    program_name: invocation.program_name.clone(),
+                    flags: invocation.flags.clone(),
+                    name_exprs: Vec::new(),
+                };
+                match pool.run(&job, self.options.timeout) {
+                    JobOutcome::Done(c) => decode(c).ok()?,
+                    _ => return None,
+                }
+            }
+            None => {
+                nvrtc::compile(&source, &invocation.program_name, &invocation.flags, &[]).ok()?
+            }
+        };
+        let problem = (!out.ok).then(|| {
+            let log = clean_log(&out.log, invocation, lib.include_dir.as_deref());
+            log.lines()
+                .find(|l| l.contains("error"))
+                .unwrap_or("no error line in the log")
+                .trim()
+                .to_string()
+        });
+        if let Ok(mut known) = self.headers.lock() {
+            known.insert(header, problem.clone());
+        }
+        problem
     }
 
     /// One compile on the pool. `Err` is the stage's final outcome: the candidate's (a
@@ -366,14 +513,14 @@ impl Compiler {
         &self,
         pool: &Pool<CompileJob, Compiled>,
         source: &str,
-        flags: &[String],
+        invocation: &Invocation,
         exprs: &[String],
         start: Instant,
     ) -> Result<nvrtc::NvrtcOutput, CompileOutcome> {
         let job = CompileJob {
             source: source.to_string(),
-            program_name: "candidate.cu".into(),
-            flags: flags.to_vec(),
+            program_name: invocation.program_name.clone(),
+            flags: invocation.flags.clone(),
             name_exprs: exprs.to_vec(),
         };
         let mut outcome = pool.run(&job, self.options.timeout);
@@ -419,10 +566,11 @@ impl Compiler {
         let lib = nvrtc::load().map_err(|e| CompileOutcome::Unavailable {
             reason: e.to_string(),
         })?;
+        let invocation = self.options.invocation(lib.include_dir.as_deref());
         let job = CompileJob {
             source: CANARY.into(),
-            program_name: "canary.cu".into(),
-            flags: self.options.flags(lib.include_dir.as_deref()),
+            program_name: invocation.program_name,
+            flags: invocation.flags,
             name_exprs: Vec::new(),
         };
         let broken = |how: String| {
@@ -455,6 +603,7 @@ impl Compiler {
     fn entry_from(
         &self,
         raw: nvrtc::NvrtcOutput,
+        invocation: &Invocation,
         include_dir: Option<&std::path::Path>,
     ) -> CacheEntry {
         let mut kernels = ptxas::parse_resources(&raw.log);
@@ -468,10 +617,7 @@ impl Compiler {
             // ptxas refused the code but NVRTC logged only its info lines: say why.
             log = ptxas::explain_silent_failure(&raw.log, &kernels);
         }
-        // Paths of the CUDA headers say nothing useful and reveal the host's layout.
-        if let Some(dir) = include_dir {
-            log = log.replace(&dir.display().to_string(), "<cuda-include>");
-        }
+        let log = clean_log(&log, invocation, include_dir);
         CacheEntry {
             ok: raw.ok,
             log,
@@ -512,6 +658,17 @@ impl Compiler {
                 millis,
             }
         }
+    }
+}
+
+/// A compile log as reports show it: the candidate's lines as `candidate.cu(7)`, and the
+/// paths of the CUDA headers (which say nothing useful and reveal the host's layout) as
+/// `<cuda-include>`.
+fn clean_log(log: &str, invocation: &Invocation, include_dir: Option<&std::path::Path>) -> String {
+    let log = log.replace(&invocation.program_name, PROGRAM_FILE);
+    match include_dir {
+        Some(dir) => log.replace(&dir.display().to_string(), "<cuda-include>"),
+        None => log,
     }
 }
 
@@ -560,6 +717,65 @@ mod tests {
             ]
         );
         assert_eq!(CompileOptions::default().flags(None)[0], "-arch=sm_90");
+    }
+
+    /// Guards the include sandbox: with an include folder the candidate is named inside it
+    /// (so quoted includes are searched there, never in the working folder), and without
+    /// one the source-folder search stays off.
+    #[test]
+    fn invocation_names_the_candidate_inside_the_include_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let o = CompileOptions {
+            extra_flags: vec!["--use_fast_math".into()],
+            ..Default::default()
+        };
+        let inc = format!("-I{}", dir.display());
+        let inv = o.invocation(Some(dir));
+        assert_eq!(
+            inv.program_name,
+            dir.join("candidate.cu").display().to_string()
+        );
+        assert_eq!(
+            inv.flags,
+            [
+                "-arch=sm_90",
+                "-std=c++17",
+                "-Xptxas=-v",
+                &inc,
+                "--use_fast_math"
+            ]
+        );
+        std::fs::create_dir(dir.join("cccl")).unwrap();
+        let cccl = format!("-I{}", dir.join("cccl").display());
+        assert_eq!(
+            o.invocation(Some(dir)).flags,
+            [
+                "-arch=sm_90",
+                "-std=c++17",
+                "-Xptxas=-v",
+                &inc,
+                &cccl,
+                "--use_fast_math"
+            ]
+        );
+        let bare = o.invocation(None);
+        assert_eq!(bare.program_name, "candidate.cu");
+        assert!(bare.flags.iter().any(|f| f == "--no-source-include"));
+        assert_ne!(inv.key_parts(), bare.key_parts());
+    }
+
+    #[test]
+    fn logs_name_the_candidate_and_hide_the_include_folder() {
+        let o = CompileOptions::default();
+        let dir = std::path::Path::new("/opt/cuda/include");
+        let inv = o.invocation(Some(dir));
+        let log =
+            "/opt/cuda/include/candidate.cu(3): error: x\n/opt/cuda/include/crt/mma.h(9): note";
+        assert_eq!(
+            clean_log(log, &inv, Some(dir)),
+            "candidate.cu(3): error: x\n<cuda-include>/crt/mma.h(9): note"
+        );
     }
 
     #[test]

@@ -380,13 +380,24 @@ impl DevSlice {
         Ok(out)
     }
 
-    /// Writes host bytes at offset 0 (synchronous; ignored when they do not fit).
+    /// Writes host bytes at offset 0 (ignored when they do not fit); the bytes are on the
+    /// device when it returns.
+    ///
+    /// `cuMemcpyHtoD` alone is not enough: from pageable memory it returns once the bytes
+    /// are staged, with the DMA possibly still in flight on the legacy stream, and launches
+    /// on the context's stream (created non-blocking) do not wait for that stream. A kernel
+    /// launched right after could read the buffer's old contents: the originals check once
+    /// saw the gather reference read stale indices that way. The context is synchronised.
     pub fn write(&self, data: &[u8]) -> Result<(), CudaError> {
         if data.is_empty() || data.len() > self.bytes {
             return Ok(());
         }
         // SAFETY: size checked above.
-        unsafe { result::memcpy_htod_sync(self.ptr, data) }.during(|| "cuMemcpyHtoD".into())
+        unsafe { result::memcpy_htod_sync(self.ptr, data) }.during(|| "cuMemcpyHtoD".into())?;
+        // SAFETY: waits for the current (this buffer's) context; no pointers involved.
+        unsafe { sys::cuCtxSynchronize() }
+            .result()
+            .during(|| "cuCtxSynchronize after cuMemcpyHtoD".into())
     }
 }
 

@@ -18,7 +18,7 @@ use super::error::{EvalError, NoExecutor};
 use super::extract::{self, Plan, Submission};
 use super::gpu::{GpuMember, GpuState};
 use super::ranker::{RankerInput, RankerState};
-use super::report::Stages;
+use super::report::{CompileStatus, Stages};
 use super::{compile, structure, syntax, Stage, Verdict};
 
 /// Settings of the pipeline; every field has a documented default.
@@ -446,6 +446,12 @@ impl Evaluator {
             Stage::Compile => {
                 if let Some(c) = &eval.candidate {
                     let (stage, module) = compile::run(&self.compiler, c);
+                    if stage.status == CompileStatus::Compiled {
+                        // NVRTC's verdict: what tree-sitter could not parse is the grammar's.
+                        if let Some(s) = eval.stages.syntax.as_mut() {
+                            syntax::compiled(s);
+                        }
+                    }
                     eval.stages.compile = Some(stage);
                     eval.module = module;
                 }
@@ -459,7 +465,13 @@ impl Evaluator {
                         .map(|c| c.kernels.as_slice())
                         .unwrap_or_default();
                     let plan = eval.plan.as_ref().and_then(Plan::timed_plan);
-                    let (stage, features) = structure::run(tree, plan, resources, self.spec);
+                    let compiled = eval
+                        .stages
+                        .compile
+                        .as_ref()
+                        .is_some_and(|c| c.status == CompileStatus::Compiled);
+                    let (stage, features) =
+                        structure::run(tree, plan, resources, self.spec, compiled);
                     eval.stages.structure = Some(stage);
                     eval.features = Some(features);
                 }

@@ -156,6 +156,11 @@ pub struct SyntaxStage {
     pub missing_nodes: u32,
     /// Line of the first problem (1-based), if any.
     pub first_error_line: Option<u32>,
+    /// Problems tree-sitter-cuda reported in code that NVRTC then compiled: gaps of the
+    /// grammar (a macro standing for a statement without its `;`, `#if`/`#else` branches
+    /// that each open a brace), not errors of the code, so not counted above.
+    #[serde(default)]
+    pub grammar_gaps: u32,
 }
 
 /// `stages.compile.status`.

@@ -76,14 +76,20 @@ pub fn stage_from(
 }
 
 /// Runs the structure stage on the shared tree: features, occupancy for `plan` (the timed
-/// configuration's, when the candidate was extracted), score.
+/// configuration's, when the candidate was extracted), score. `compiled`: NVRTC compiled the
+/// code, so the syntax problems left in the tree are the grammar's and cost nothing
+/// ([`analysis::SyntaxFeatures::attribute_to_grammar`]).
 pub(crate) fn run(
     tree: &SourceTree,
     plan: Option<&ResolvedPlan>,
     resources: &[Resources],
     spec: &DeviceSpec,
+    compiled: bool,
 ) -> (StructureStage, Features) {
-    let features = analysis::analyze_tree(tree);
+    let mut features = analysis::analyze_tree(tree);
+    if compiled {
+        features.syntax.attribute_to_grammar();
+    }
     let occupancy = plan.map_or_else(Vec::new, |p| static_occupancy(p, resources, spec));
     (stage_from(&features, occupancy, resources), features)
 }
