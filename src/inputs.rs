@@ -20,7 +20,7 @@
 //! ```
 
 use crate::exec::{ConfigValues, Fill};
-use crate::task::{DType, InputConfig, Task};
+use crate::task::{DType, InputConfig, Regime, Task};
 
 /// splitmix64's finaliser (with its increment), as `mix64` in `support.cu`.
 pub fn mix64(mut z: u64) -> u64 {
@@ -162,7 +162,21 @@ pub struct HostInputs {
 impl HostInputs {
     /// Generates input set `seed` of `cfg`; the error names what could not be evaluated.
     pub fn generate(task: &Task, cfg: &InputConfig, seed: u64) -> Result<HostInputs, String> {
-        let values = ConfigValues::of(task, cfg)?;
+        HostInputs::generate_with(task, cfg, None, seed)
+    }
+
+    /// Generates input set `seed` of `cfg` from the distributions of `regime` (the main ones
+    /// where it gives none, or with `None`).
+    pub fn generate_with(
+        task: &Task,
+        cfg: &InputConfig,
+        regime: Option<&Regime>,
+        seed: u64,
+    ) -> Result<HostInputs, String> {
+        let mut values = ConfigValues::of(task, cfg)?;
+        if regime.is_some() {
+            values.fills = crate::exec::fills_of(task, cfg, regime)?;
+        }
         let dtypes: Vec<DType> = task.buffers().map(|b| b.dtype).collect();
         let buffers = values
             .fills

@@ -30,8 +30,8 @@ pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor, GpuUnavail
 pub(crate) use harness::buffer_seed;
 pub use harness::GpuHandler;
 pub use job::{
-    BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam, JobParts,
-    JobSide, TimingOptions,
+    fills_of, BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam,
+    JobParts, JobRegime, JobSide, TimingOptions, JOB_HEADROOM_MS,
 };
 pub use report::*;
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply, ZeroRange};
