@@ -32,7 +32,8 @@ pub use crate::pipeline::report::{
     TimingStage,
 };
 pub use crate::pipeline::{
-    static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Stage, Submission, Verdict,
+    static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Stage, StageUnavailable,
+    Submission, Verdict,
 };
 
 use crate::task::Task;
@@ -125,19 +126,26 @@ pub type Result<T> = std::result::Result<T, RewardError>;
 /// A reward for CUDA candidates.
 ///
 /// Implement [`Reward::needs`] and [`Reward::value`]; `score` and `score_batch` follow.
-/// A custom reward in a few lines:
+/// A custom reward in a few lines; [`require`] first, so that a stage that could not run
+/// here (a compile worker that cannot start, no NVRTC) is an error, never a made-up value:
 /// ```
-/// use cudaperf::reward::{Context, Evaluation, Reward, Stage};
+/// use cudaperf::reward::{require, Context, Evaluation, Reward, Stage};
 /// struct FewRegisters;
 /// impl Reward for FewRegisters {
 ///     fn name(&self) -> String { "few_registers".into() }
 ///     fn needs(&self, _: &Context) -> Stage { Stage::Compile }
 ///     fn value(&self, _: &Context, e: &Evaluation) -> cudaperf::reward::Result<f64> {
+///         require(self, e, Stage::Compile)?;
 ///         let regs = e.stages.compile.as_ref().and_then(|c| c.kernels.iter().map(|k| k.registers).max());
 ///         Ok(regs.map_or(0.0, |r| 1.0 - f64::from(r.min(255)) / 255.0))
 ///     }
 /// }
 /// ```
+///
+/// `score` also refuses an evaluation whose [`Reward::needs`] stage is unavailable before
+/// `value` is called, so a reward that forgets [`require`] still cannot turn "not measured"
+/// into a number; `require` is for the stages a value reads besides that one, and says so
+/// in the reward's own code.
 pub trait Reward: Send + Sync {
     /// Short name, used in reports.
     fn name(&self) -> String;
@@ -170,8 +178,12 @@ pub trait Reward: Send + Sync {
         evals.iter().map(|e| self.score_evaluated(ctx, e)).collect()
     }
 
-    /// Builds the scored report from an evaluation.
+    /// Builds the scored report from an evaluation; an error when the stage the reward
+    /// needs could not run here (see [`require`]).
     fn score_evaluated(&self, ctx: &Context, eval: &Evaluation) -> Result<Scored> {
+        if let Some(u) = eval.unavailable(self.needs(ctx)) {
+            return Err(unavailable_error(&self.name(), u, eval));
+        }
         let value = self.value(ctx, eval)?;
         Ok(Scored {
             value,
@@ -216,24 +228,52 @@ impl<R: Reward + ?Sized> Reward for std::sync::Arc<R> {
     }
 }
 
-/// Builds the `Unavailable` error with the partial report.
-pub(crate) fn unavailable(
-    reward: &dyn Reward,
-    stage: Stage,
-    reason: impl Into<String>,
+/// Checks that `stage`, and every stage it is built from, has a result the candidate earned
+/// (see [`Evaluation::unavailable`]); otherwise [`RewardError::Unavailable`] with the partial
+/// report, naming `reward`, the stage and why. Call it first in [`Reward::value`] for every
+/// stage the value reads: a compile stage that could not run has no registers, a GPU stage
+/// that could not run has no pass rate, and neither is 0.
+///
+/// `Ok` also when the candidate's own failure before `stage` makes it moot (no code, a
+/// compile error, a fault): the reward scores that failure.
+///
+/// ```
+/// use cudaperf::reward::{require, Context, Evaluation, Reward, Stage};
+/// struct PassedFirstConfig;
+/// impl Reward for PassedFirstConfig {
+///     fn name(&self) -> String { "passed_first_config".into() }
+///     fn needs(&self, _: &Context) -> Stage { Stage::Correctness }
+///     fn value(&self, _: &Context, e: &Evaluation) -> cudaperf::reward::Result<f64> {
+///         require(self, e, Stage::Correctness)?; // no GPU here: an error, not 0
+///         let first = e.stages.correctness.as_ref().and_then(|c| c.configs.first());
+///         Ok(if first.is_some_and(|c| c.passed) { 1.0 } else { 0.0 })
+///     }
+/// }
+/// ```
+pub fn require(reward: &dyn Reward, eval: &Evaluation, stage: Stage) -> Result<()> {
+    match eval.unavailable(stage) {
+        Some(u) => Err(unavailable_error(&reward.name(), u, eval)),
+        None => Ok(()),
+    }
+}
+
+/// The `Unavailable` error for a stage without a result, with the partial report.
+pub(crate) fn unavailable_error(
+    reward: &str,
+    u: StageUnavailable,
     eval: &Evaluation,
 ) -> RewardError {
-    let verdict = match Verdict::of(&eval.stages, stage) {
+    let verdict = match Verdict::of(&eval.stages, u.stage) {
         v @ (Verdict::Unavailable | Verdict::ReferenceFailed) => v,
         _ => Verdict::Unavailable,
     };
     RewardError::Unavailable {
-        reward: reward.name(),
-        stage,
-        reason: reason.into(),
+        reward: reward.to_string(),
+        stage: u.stage,
+        reason: u.reason,
         report: Box::new(RewardReport {
             value: f64::NAN,
-            reward: reward.name(),
+            reward: reward.to_string(),
             verdict,
             terms: Vec::new(),
             stages: eval.stages.clone(),
