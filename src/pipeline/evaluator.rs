@@ -116,7 +116,7 @@ impl Evaluation {
 
     /// Why `stage`, or a stage it is built from, has no result the candidate earned: it could
     /// not run here (no NVRTC, no usable worker, no GPU, an unreadable ranker model, a broken
-    /// reference) or has not run yet. `None` when the stage can be read: it ran, or the
+    /// reference) or did not run. `None` when the stage can be read: it ran, or the
     /// candidate's own failure before it (no code, a compile error, a fault) makes it moot.
     ///
     /// What each stage is built from: `compile` and `structure` (registers and spills) need
@@ -125,23 +125,16 @@ impl Evaluation {
     /// A reward turns the answer into its error with [`crate::reward::require`].
     pub fn unavailable(&self, stage: Stage) -> Option<StageUnavailable> {
         let missing = |stage: Stage, reason: String| Some(StageUnavailable { stage, reason });
-        let not_run = |stage: Stage| {
-            let name = format!("{stage:?}").to_lowercase();
-            missing(stage, format!("the {name} stage did not run"))
-        };
         if !self.stages.extract.ok || stage <= Stage::Syntax {
             return None;
         }
         if stage == Stage::Ranker {
-            return match &self.stages.ranker {
-                Some(r) => r.error.clone().and_then(|e| missing(Stage::Ranker, e)),
-                None if self.reached.is_none_or(|r| r < Stage::Ranker) => not_run(Stage::Ranker),
-                // No syntax tree to rank: nothing is missing.
-                None => None,
-            };
+            // No ranker stage: there was no syntax tree to rank, and nothing is missing.
+            let error = self.stages.ranker.as_ref().and_then(|r| r.error.clone());
+            return error.and_then(|e| missing(Stage::Ranker, e));
         }
         match &self.stages.compile {
-            None => return not_run(Stage::Compile),
+            None => return missing(Stage::Compile, "the compile stage did not run".into()),
             Some(c) if c.status == CompileStatus::Unavailable => {
                 return missing(Stage::Compile, c.reason.clone().unwrap_or_default())
             }

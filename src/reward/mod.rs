@@ -140,6 +140,22 @@ pub type Result<T> = std::result::Result<T, RewardError>;
 ///         Ok(regs.map_or(0.0, |r| 1.0 - f64::from(r.min(255)) / 255.0))
 ///     }
 /// }
+/// # use cudaperf::reward::{EvalOptions, Evaluator, Submission, Verdict};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let task = cudaperf::task::Task::load(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tasks/vector_add"))?;
+/// // With a compile worker that cannot start, the reward is an error, not a value of 0.
+/// let mut options = EvalOptions::default();
+/// options.compile.worker = Some("/nonexistent/cudaperf".into());
+/// let evaluator = Evaluator::new(options)?;
+/// let ctx = Context::new(&task, &evaluator);
+/// let sub = Submission::from_source(task.reference.source.clone());
+/// let err = FewRegisters.score(&ctx, &sub).unwrap_err();
+/// assert_eq!(err.report().verdict, Verdict::Unavailable);
+/// assert!(err.report().value.is_nan());
+/// // `value` itself refuses too (`require`), whoever calls it.
+/// let eval = evaluator.evaluate(&task, &sub, Stage::Compile);
+/// assert!(FewRegisters.value(&ctx, &eval).is_err());
+/// # Ok(()) }
 /// ```
 ///
 /// `score` also refuses an evaluation whose [`Reward::needs`] stage is unavailable before
