@@ -629,7 +629,7 @@ fn a_compile_worker_that_fails_then_works_rescores_the_same_completion() {
 #[cfg(unix)]
 #[test]
 fn a_gpu_worker_that_fails_then_works_rescores_the_same_completion() {
-    use cudaperf::exec::{ExecOptions, ExecResult, Executor};
+    use cudaperf::exec::{ExecResult, Executor};
     use cudaperf::reward::{RewardError, Verdict};
     use cudaperf::sandbox::WorkerSpec;
     use cudaperf::worker::{Role, WORKER_ARG};

@@ -77,7 +77,8 @@ mod episode;
 mod feedback;
 
 pub use advantage::{
-    advantages, noise_aware_rewards, AdvantageOptions, Estimator, SpeedTermSelector,
+    advantages, noise_aware_rewards, scored_advantages, AdvantageOptions, DroppedGroup,
+    Estimator, GroupAdvantages, SpeedTermSelector, UnscoredPolicy,
 };
 pub use episode::{
     episode_advantages, Episode, EpisodeAdvantages, EpisodeOptions, Turn, TurnGrouping,
