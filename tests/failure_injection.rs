@@ -22,8 +22,8 @@ use cudaperf::exec::{
 };
 use cudaperf::reward::presets::{self, CudaPerfWeights, DhrclSchedule};
 use cudaperf::reward::{
-    CompileReward, CompileStatus, Context, EvalOptions, Evaluation, Evaluator, Reward,
-    RewardError, Stage, StructuralReward, Submission, Verdict,
+    CompileReward, CompileStatus, Context, EvalOptions, Evaluation, Evaluator, Reward, RewardError,
+    Stage, StructuralReward, Submission, Verdict,
 };
 use cudaperf::sandbox::WorkerSpec;
 use cudaperf::task::Task;

@@ -594,7 +594,12 @@ fn a_compile_worker_that_fails_then_works_rescores_the_same_completion() {
         .map(|k| Submission::from_source(format!("{reference}\n// member {k}\n")))
         .collect();
     let unavailable = |r: &Result<cudaperf::reward::Scored>| match r {
-        Err(RewardError::Unavailable { stage, reason, report, .. }) => {
+        Err(RewardError::Unavailable {
+            stage,
+            reason,
+            report,
+            ..
+        }) => {
             assert_eq!(*stage, Stage::Compile);
             assert!(reason.contains("cannot start worker"), "{reason}");
             assert_eq!(report.verdict, Verdict::Unavailable);
@@ -604,12 +609,17 @@ fn a_compile_worker_that_fails_then_works_rescores_the_same_completion() {
     };
 
     unavailable(&CompileReward.score(&ctx, &sub));
-    CompileReward.score_batch(&ctx, &group).iter().for_each(unavailable);
+    CompileReward
+        .score_batch(&ctx, &group)
+        .iter()
+        .for_each(unavailable);
     // Asked again while still broken: still unavailable (an attempt each time, no number).
     unavailable(&CompileReward.score(&ctx, &sub));
 
     install_worker(&common::cudaperf_bin(), &worker);
-    let s = CompileReward.score(&ctx, &sub).expect("scored once the worker works");
+    let s = CompileReward
+        .score(&ctx, &sub)
+        .expect("scored once the worker works");
     assert_eq!((s.value, s.report.verdict), (1.0, Verdict::Compiled));
     for r in CompileReward.score_batch(&ctx, &group) {
         let s = r.expect("the group scores once the worker works");
@@ -683,7 +693,12 @@ fn a_gpu_worker_that_fails_then_works_rescores_the_same_completion() {
         .collect();
     let reward = presets::cudaperf();
     let unavailable = |r: &Result<cudaperf::reward::Scored>| match r {
-        Err(RewardError::Unavailable { stage, reason, report, .. }) => {
+        Err(RewardError::Unavailable {
+            stage,
+            reason,
+            report,
+            ..
+        }) => {
             assert_eq!(*stage, Stage::Correctness);
             assert!(reason.contains("cannot start worker"), "{reason}");
             assert_eq!(report.verdict, Verdict::Unavailable);
@@ -691,18 +706,34 @@ fn a_gpu_worker_that_fails_then_works_rescores_the_same_completion() {
         other => panic!("expected unavailable, got {other:?}"),
     };
     unavailable(&reward.score(&ctx, &sub));
-    reward.score_batch(&ctx, &group).iter().for_each(unavailable);
+    reward
+        .score_batch(&ctx, &group)
+        .iter()
+        .for_each(unavailable);
 
-    install_worker(&common::manifest_dir().join("tests/support/fake_worker.py"), &worker);
+    install_worker(
+        &common::manifest_dir().join("tests/support/fake_worker.py"),
+        &worker,
+    );
     let correct = |r: Result<cudaperf::reward::Scored>| {
         let s = r.expect("scored once the GPU worker works");
         assert_eq!(s.report.verdict, Verdict::Correct);
         // 1 + 0.3 · log2(2) + the structure and ranker terms (at most 0.2 together).
-        assert!(s.value >= 1.3 - 0.2 - 1e-9 && s.value <= 1.3 + 0.2 + 1e-9, "{}", s.value);
-        assert_eq!(s.report.stages.timing.as_ref().map(|t| t.speedup), Some(2.0));
+        assert!(
+            s.value >= 1.3 - 0.2 - 1e-9 && s.value <= 1.3 + 0.2 + 1e-9,
+            "{}",
+            s.value
+        );
+        assert_eq!(
+            s.report.stages.timing.as_ref().map(|t| t.speedup),
+            Some(2.0)
+        );
     };
     correct(reward.score(&ctx, &sub));
-    reward.score_batch(&ctx, &group).into_iter().for_each(correct);
+    reward
+        .score_batch(&ctx, &group)
+        .into_iter()
+        .for_each(correct);
 }
 
 // ---------------------------------------------------------------- require (custom rewards)
@@ -789,7 +820,15 @@ fn require_refuses_stages_missing_for_our_reasons() {
             };
             match (reads, require(&CarelessPassRate, &eval, stage)) {
                 (false, Ok(())) => {}
-                (true, Err(RewardError::Unavailable { stage: s, report, reason, .. })) => {
+                (
+                    true,
+                    Err(RewardError::Unavailable {
+                        stage: s,
+                        report,
+                        reason,
+                        ..
+                    }),
+                ) => {
                     assert_eq!(s, missing, "{label} @ {stage:?}");
                     assert!(!reason.is_empty(), "{label}");
                     let want = if label == "broken reference" {
@@ -843,7 +882,9 @@ fn require_refuses_stages_missing_for_our_reasons() {
     let err = require(&CarelessPassRate, &no_model, Stage::Ranker).unwrap_err();
     assert!(err.to_string().contains("`Ranker` is unavailable"), "{err}");
     assert!(require(&CarelessPassRate, &no_model, Stage::Timing).is_ok());
-    assert!(cudaperf::reward::RankerReward.score_evaluated(&c, &no_model).is_err());
+    assert!(cudaperf::reward::RankerReward
+        .score_evaluated(&c, &no_model)
+        .is_err());
     // The candidate's own failures are read, never refused.
     for o in [
         Outcome::NotExtracted { syntax_errors: 1 },
@@ -854,7 +895,10 @@ fn require_refuses_stages_missing_for_our_reasons() {
         Outcome::Incorrect { pass_rate: 0.5 },
     ] {
         let e = evaluation(o);
-        assert!(require(&CarelessPassRate, &e, Stage::Timing).is_ok(), "{o:?}");
+        assert!(
+            require(&CarelessPassRate, &e, Stage::Timing).is_ok(),
+            "{o:?}"
+        );
         assert!(presets::cudaperf().score_evaluated(&c, &e).is_ok(), "{o:?}");
     }
 }

@@ -155,7 +155,9 @@ impl Evaluation {
             ExecStatus::ReferenceFailed { reason } => {
                 return missing(
                     Stage::Correctness,
-                    format!("the task's reference failed, so the candidate cannot be judged: {reason}"),
+                    format!(
+                        "the task's reference failed, so the candidate cannot be judged: {reason}"
+                    ),
                 )
             }
             _ => {}
@@ -196,7 +198,12 @@ impl Evaluation {
             self.reached = self.reached.map(|r| r.min(Stage::Syntax));
             return;
         }
-        if self.stages.ranker.as_ref().is_some_and(|r| r.error.is_some()) {
+        if self
+            .stages
+            .ranker
+            .as_ref()
+            .is_some_and(|r| r.error.is_some())
+        {
             // Cheap: run again on its own by the next `advance`.
             self.stages.ranker = None;
         }

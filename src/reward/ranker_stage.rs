@@ -1,6 +1,8 @@
 //! [`RankerReward`]: the learned pairwise ranker as a reward.
 
-use super::{require, unavailable_error, Context, Evaluation, Result, Reward, Stage, StageUnavailable};
+use super::{
+    require, unavailable_error, Context, Evaluation, Result, Reward, Stage, StageUnavailable,
+};
 
 /// `2σ(s(candidate) − s(reference)) − 1` in [-1, 1]: the ranker's confidence that the
 /// candidate is faster than the task's reference (0 = no preference). The evaluator's model

@@ -281,7 +281,9 @@ pub fn scored_advantages(
             value: rewards[index],
         });
     }
-    let unscored: Vec<usize> = (0..rewards.len()).filter(|&i| rewards[i].is_nan()).collect();
+    let unscored: Vec<usize> = (0..rewards.len())
+        .filter(|&i| rewards[i].is_nan())
+        .collect();
     let dropped = |why| GroupAdvantages {
         advantages: vec![None; rewards.len()],
         unscored: unscored.clone(),
@@ -300,7 +302,11 @@ pub fn scored_advantages(
         }
     }
     let scored: Vec<f64> = rewards.iter().copied().filter(|r| !r.is_nan()).collect();
-    let needed = if opts.estimator == Estimator::Rloo { 2 } else { 1 };
+    let needed = if opts.estimator == Estimator::Rloo {
+        2
+    } else {
+        1
+    };
     if scored.len() < needed {
         return Ok(dropped(DroppedGroup::TooFewScored));
     }
@@ -717,8 +723,8 @@ mod tests {
             Err(RlError::NonFinite { index: 1, value }) if value.is_nan()
         ));
         // The scored members tie: zero variance, dropped.
-        let g = scored_advantages(&[2.0, f64::NAN, 2.0], &opts, UnscoredPolicy::SkipMember)
-            .unwrap();
+        let g =
+            scored_advantages(&[2.0, f64::NAN, 2.0], &opts, UnscoredPolicy::SkipMember).unwrap();
         assert_eq!(g.dropped, Some(DroppedGroup::ZeroVariance));
         // Nobody scored, or one member for RLOO: too few.
         let g = scored_advantages(&[f64::NAN; 3], &opts, UnscoredPolicy::SkipMember).unwrap();

@@ -75,10 +75,11 @@
 pub mod advantage;
 mod episode;
 mod feedback;
+mod safety;
 
 pub use advantage::{
-    advantages, noise_aware_rewards, scored_advantages, AdvantageOptions, DroppedGroup,
-    Estimator, GroupAdvantages, SpeedTermSelector, UnscoredPolicy,
+    advantages, noise_aware_rewards, scored_advantages, AdvantageOptions, DroppedGroup, Estimator,
+    GroupAdvantages, SpeedTermSelector, UnscoredPolicy,
 };
 pub use episode::{
     episode_advantages, Episode, EpisodeAdvantages, EpisodeOptions, Turn, TurnGrouping,
