@@ -738,18 +738,19 @@ fn a_gpu_worker_that_fails_then_works_rescores_the_same_completion() {
 
 // ---------------------------------------------------------------- require (custom rewards)
 
-/// A custom reward that reads the pass rate and forgets `require`: without the GPU it would
-/// read 0 — the made-up number `score` must refuse.
-struct CarelessPassRate;
+/// A custom reward that reads the pass rate; without `require` it would read 0 where the
+/// GPU could not run.
+struct MyPassRate;
 
-impl Reward for CarelessPassRate {
+impl Reward for MyPassRate {
     fn name(&self) -> String {
-        "careless_pass_rate".into()
+        "my_pass_rate".into()
     }
     fn needs(&self, _: &Context) -> Stage {
         Stage::Correctness
     }
     fn value(&self, _: &Context, e: &Evaluation) -> Result<f64> {
+        cudaperf::reward::require(self, e, Stage::Correctness)?;
         Ok(e.stages.correctness.as_ref().map_or(0.0, |c| c.pass_rate))
     }
 }
@@ -794,9 +795,9 @@ fn our_failures() -> Vec<(&'static str, Evaluation, Stage)> {
 /// `require` turns every stage missing for our reasons into `Unavailable` naming that stage
 /// (and `reference_failed` for a broken task), for the stage itself and every stage built
 /// on it, and not for stages that do not read it; the candidate's own failures before a
-/// stage are scored, not refused. Every built-in stage reward and preset refuses the same
-/// evaluations, and `score` refuses a custom reward that forgot `require`. Guards issue 20
-/// (the documented custom reward returned 0 with a worker that could not start).
+/// stage are scored, not refused. Every built-in stage reward and preset, and a custom one
+/// that calls it, refuses the same evaluations. Guards issue 20 (the documented custom
+/// reward returned 0 with a worker that could not start).
 #[test]
 fn require_refuses_stages_missing_for_our_reasons() {
     use cudaperf::reward::{
@@ -818,7 +819,7 @@ fn require_refuses_stages_missing_for_our_reasons() {
                 Stage::Compile => stage >= Stage::Compile && stage != Stage::Ranker,
                 other => stage >= other,
             };
-            match (reads, require(&CarelessPassRate, &eval, stage)) {
+            match (reads, require(&MyPassRate, &eval, stage)) {
                 (false, Ok(())) => {}
                 (
                     true,
@@ -852,19 +853,12 @@ fn require_refuses_stages_missing_for_our_reasons() {
             Box::new(presets::cudaperf()),
             Box::new(presets::kevin()),
             Box::new(presets::kernelbench_fast_p(1.0)),
-            Box::new(CarelessPassRate),
+            Box::new(MyPassRate),
         ];
         for r in rewards {
             let reads = r.needs(&c) >= missing;
             let got = r.score_evaluated(&c, &eval);
             assert_eq!(got.is_err(), reads, "{label}: {} gave {got:?}", r.name());
-            if reads {
-                assert!(r.value(&c, &eval).is_err() || r.name() == "careless_pass_rate");
-            }
-        }
-        // What `score` prevents: the careless value alone is a number.
-        if missing == Stage::Correctness {
-            assert_eq!(CarelessPassRate.value(&c, &eval).unwrap(), 0.0);
         }
     }
     // An unreadable ranker model: the ranker is unavailable, nothing else is.
@@ -879,9 +873,9 @@ fn require_refuses_stages_missing_for_our_reasons() {
         model: "/nowhere/model".into(),
         error: Some("cannot read /nowhere/model/config.json".into()),
     });
-    let err = require(&CarelessPassRate, &no_model, Stage::Ranker).unwrap_err();
+    let err = require(&MyPassRate, &no_model, Stage::Ranker).unwrap_err();
     assert!(err.to_string().contains("`Ranker` is unavailable"), "{err}");
-    assert!(require(&CarelessPassRate, &no_model, Stage::Timing).is_ok());
+    assert!(require(&MyPassRate, &no_model, Stage::Timing).is_ok());
     assert!(cudaperf::reward::RankerReward
         .score_evaluated(&c, &no_model)
         .is_err());
@@ -896,7 +890,7 @@ fn require_refuses_stages_missing_for_our_reasons() {
     ] {
         let e = evaluation(o);
         assert!(
-            require(&CarelessPassRate, &e, Stage::Timing).is_ok(),
+            require(&MyPassRate, &e, Stage::Timing).is_ok(),
             "{o:?}"
         );
         assert!(presets::cudaperf().score_evaluated(&c, &e).is_ok(), "{o:?}");

@@ -157,11 +157,6 @@ pub type Result<T> = std::result::Result<T, RewardError>;
 /// assert!(FewRegisters.value(&ctx, &eval).is_err());
 /// # Ok(()) }
 /// ```
-///
-/// `score` also refuses an evaluation whose [`Reward::needs`] stage is unavailable before
-/// `value` is called, so a reward that forgets [`require`] still cannot turn "not measured"
-/// into a number; `require` is for the stages a value reads besides that one, and says so
-/// in the reward's own code.
 pub trait Reward: Send + Sync {
     /// Short name, used in reports.
     fn name(&self) -> String;
@@ -194,12 +189,8 @@ pub trait Reward: Send + Sync {
         evals.iter().map(|e| self.score_evaluated(ctx, e)).collect()
     }
 
-    /// Builds the scored report from an evaluation; an error when the stage the reward
-    /// needs could not run here (see [`require`]).
+    /// Builds the scored report from an evaluation.
     fn score_evaluated(&self, ctx: &Context, eval: &Evaluation) -> Result<Scored> {
-        if let Some(u) = eval.unavailable(self.needs(ctx)) {
-            return Err(unavailable_error(&self.name(), u, eval));
-        }
         let value = self.value(ctx, eval)?;
         Ok(Scored {
             value,
