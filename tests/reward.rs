@@ -889,10 +889,7 @@ fn require_refuses_stages_missing_for_our_reasons() {
         Outcome::Incorrect { pass_rate: 0.5 },
     ] {
         let e = evaluation(o);
-        assert!(
-            require(&MyPassRate, &e, Stage::Timing).is_ok(),
-            "{o:?}"
-        );
+        assert!(require(&MyPassRate, &e, Stage::Timing).is_ok(), "{o:?}");
         assert!(presets::cudaperf().score_evaluated(&c, &e).is_ok(), "{o:?}");
     }
 }
