@@ -662,7 +662,8 @@ fn a_gpu_worker_that_fails_then_works_rescores_the_same_completion() {
             pass_rate: 1.0,
             configs: Vec::new(),
             seed: 1,
-            protocol: 2,
+            protocol: 3,
+            precision: String::new(),
         }),
         timing: Some(timing(2.0, false)),
         ..ExecResult::status_only(ExecStatus::Ok)
