@@ -147,7 +147,10 @@ async fn score(State(st): State<Arc<AppState>>, req: Request) -> Response {
     let r = match tokio::time::timeout(st.read_timeout, Bytes::from_request(req, &())).await {
         Ok(body) => score_inner(&st, body, start).await,
         Err(_) => {
-            st.metrics.rejected.with_label_values(&["body_timeout"]).inc();
+            st.metrics
+                .rejected
+                .with_label_values(&["body_timeout"])
+                .inc();
             let mut r = error(
                 StatusCode::REQUEST_TIMEOUT,
                 format!(

@@ -57,10 +57,8 @@ pub(crate) async fn serve_connections(
     if open > 0 {
         tracing::info!("shutting down: {open} connection(s) open; waiting up to {grace:?}");
     }
-    let drained = tokio::time::timeout(grace, async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
+    let drained =
+        tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         tracing::warn!(
             "shutting down: {} connection(s) still open after {grace:?}; closing them",

@@ -300,7 +300,9 @@ async fn serve_until(
         let pool: &LocalPool = pool;
         let left = grace.saturating_sub(began.elapsed());
         if !tokio::task::block_in_place(|| pool.close(left)) {
-            tracing::warn!("shutting down: scoring threads still busy after the grace period; leaving them");
+            tracing::warn!(
+                "shutting down: scoring threads still busy after the grace period; leaving them"
+            );
         }
     }
     Ok(())
