@@ -97,7 +97,10 @@ class AsyncCudaperfClient:
                             attempt += 1
                             await asyncio.sleep(retry_after_s(resp.headers.get("Retry-After")))
                             continue
-                        raise CudaperfError(resp.status, error_message(text))
+                        message = error_message(text)
+                        if resp.status == 413 and data is not None:
+                            message += f" (this request: {len(data)} bytes)"
+                        raise CudaperfError(resp.status, message)
                     return text if raw else json.loads(text)
             except aiohttp.ServerDisconnectedError as e:
                 if not resent:

@@ -151,6 +151,8 @@ class CudaperfClient:
                     return payload.decode("utf-8") if raw else json.loads(payload)
             except urllib.error.HTTPError as e:
                 message = error_message(e.read().decode("utf-8", "replace"))
+                if e.code == 413 and data is not None:
+                    message += f" (this request: {len(data)} bytes)"
                 if retry and e.code in (429, 503) and attempt < self.retries:
                     attempt += 1
                     time.sleep(retry_after_s(e.headers.get("Retry-After")))
