@@ -198,3 +198,20 @@ def test_healthz_and_reward_names_as_asked(server_url):
     answer = CudaperfClient(server_url).score("vector_add", [NO_CODE], reward="dhrcl", step=0)
     assert answer["reward"] == "dhrcl"
     assert answer["results"][0]["report"]["reward"] == "dhrcl"
+
+
+def test_64_async_clients_lose_nothing(server_url):
+    # The load script, briefly, against the test server (a debug build: the rate is not
+    # checked here; README's "Load" has the release figures).
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("load_async", rewards_mod.__file__.replace(
+        "cudaperf_client/rewards.py", "bench/load_async.py"))
+    load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(load)
+    args = argparse.Namespace(
+        url=server_url, clients=64, seconds=3.0, requests=1_000_000, group=8, reward="cudaperf",
+        report=False, interval=0.0,
+    )
+    assert asyncio.run(load.run(args)) == 0
