@@ -112,8 +112,9 @@ class KernelToolSessions:
     ``release(instance_id)``; the dataset gives each rollout its task through
     ``extra_info.tools_kwargs.<tool>.create_kwargs`` (here ``{"task_id": ...}``, or
     ``ground_truth``). ``execute`` returns ``(text, reward, metrics)``; the step reward is
-    the change in reward since the previous submission, so the turn rewards add up to the
-    last submission's reward.
+    the change in reward since the session's previous submission, so within one session
+    the turn rewards add up to the last submission's reward (verl's ``ToolAgentLoop`` at
+    b178a3c opens a session per call, so there each step reward is that call's reward).
     """
 
     def __init__(
