@@ -152,6 +152,7 @@ fn job_building_evaluates_everything() {
         peak_tflops: 0.0,
         deadline_ms: 60_000,
         run_limit_ms: 30_000,
+        member_budget_ms: 30_000,
     })
     .expect("job");
     assert_eq!(job.flops, 0.0, "vector_add declares no flops");
@@ -279,4 +280,63 @@ fn groups_scored_together_match_groups_scored_alone() {
     assert_eq!(together[0][1].verdict(), Verdict::CompileError);
     // softmax's reference submitted to vector_add's group-of-one: its own verdict.
     assert_ne!(together[2][0].verdict(), Verdict::Correct);
+}
+
+/// What a candidate's module can keep between runs is read from its cubin before it runs
+/// (real NVRTC output): `__device__` data, also a function's `static __device__`, makes the
+/// runner reload the module before every run; the device heap is refused; a module with
+/// neither (shared memory only lives for a launch) is loaded once.
+#[test]
+fn module_state_is_read_from_real_cubins() {
+    require_nvrtc!();
+    use cudaperf::exec::cubin::inspect;
+    let compiler = Compiler::new(CompileOptions {
+        isolation: Isolation::InProcess,
+        ..Default::default()
+    })
+    .expect("compiler");
+    // A vector_add-shaped kernel with `decl` before it and `body` inside it.
+    let cubin = |decl: &str, body: &str| {
+        let src = format!(
+            "// @launch k grid=(1) block=(256)\n{decl}\nextern \"C\" __global__ void k(const float* a, const float* b, float* c, int n) {{ {body} }}"
+        );
+        let c = Candidate::parse(&src).expect("parses");
+        compiler
+            .compile(&c)
+            .module()
+            .unwrap_or_else(|| panic!("compiles: {src}"))
+            .cubin
+            .clone()
+    };
+    let table = cubin(
+        "__device__ float table[1024];",
+        "int i = threadIdx.x; if (i < n) { c[i] = a[i] + table[i]; table[i] = c[i]; }",
+    );
+    let s = inspect(&table).expect("readable");
+    assert!(s.keeps_data() && !s.uses_heap(), "{s:?}");
+    assert!(
+        s.writable_sections
+            .iter()
+            .any(|(n, b)| n == ".nv.global" && *b >= 4096),
+        "{s:?}"
+    );
+    let init = cubin(
+        "__device__ int calls = 3;",
+        "if (threadIdx.x == 0) c[0] = (float)atomicAdd(&calls, 1);",
+    );
+    assert!(inspect(&init).expect("readable").keeps_data());
+    let local_static = cubin(
+        "",
+        "static __device__ int seen; if (threadIdx.x == 0) { c[0] = (float)seen; seen = 1; }",
+    );
+    assert!(inspect(&local_static).expect("readable").keeps_data());
+    let heap = cubin(
+        "",
+        "float* p = (float*)malloc(16); if (p) { p[0] = a[0]; c[0] = p[0]; free(p); }",
+    );
+    let s = inspect(&heap).expect("readable");
+    assert_eq!(s.heap_calls, ["malloc", "free"], "{s:?}");
+    let plain = cubin("", "__shared__ float s[256]; int i = threadIdx.x; s[i] = i < n ? a[i] : 0.0f; __syncthreads(); if (i < n) c[i] = s[255 - i] + b[i];");
+    let s = inspect(&plain).expect("readable");
+    assert!(!s.keeps_data() && !s.uses_heap(), "{s:?}");
 }

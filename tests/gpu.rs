@@ -390,7 +390,8 @@ extern "C" __global__ void probe(unsigned long long addr, float* own) {
                 p,
                 RunnerCmd::Load {
                     cubin_b64: cubin_b64.clone(),
-                    symbols: vec!["write_pattern".into(), "probe".into()]
+                    symbols: vec!["write_pattern".into(), "probe".into()],
+                    reload_each_run: false,
                 }
             ),
             RunnerReply::Loaded
@@ -418,6 +419,7 @@ extern "C" __global__ void probe(unsigned long long addr, float* own) {
                     args,
                 }],
                 zero: vec![],
+                used: vec![],
                 flush_bytes: 0,
                 flush_value: 0,
             },
@@ -436,7 +438,7 @@ extern "C" __global__ void probe(unsigned long long addr, float* own) {
         vec![RunArg::Value { bits: target }, RunArg::Buffer { index: 1 }],
     );
     assert!(
-        matches!(control, RunnerReply::Ran { millis } if millis >= 250.0),
+        matches!(control, RunnerReply::Ran { millis, .. } if millis >= 250.0),
         "control: {control:?}"
     );
     // The candidate's process, same address.
@@ -454,7 +456,7 @@ extern "C" __global__ void probe(unsigned long long addr, float* own) {
             error.name.contains("ILLEGAL_ADDRESS") || error.code == 700,
             "{error:?}"
         ),
-        RunnerReply::Ran { millis } => {
+        RunnerReply::Ran { millis, .. } => {
             assert!(millis < 100.0, "read the reference's data: {millis} ms")
         }
         other => panic!("{other:?}"),

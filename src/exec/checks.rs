@@ -27,11 +27,29 @@ type RanMember = (usize, Vec<DevSlice>, Vec<DevSlice>);
 /// Comparisons and input verifications to enqueue together and wait for once.
 #[derive(Default)]
 pub(crate) struct Batch {
-    /// (got, want, NaN equals NaN, exact): every output buffer of `got` against `want`'s.
-    compares: Vec<(Vec<DevSlice>, Vec<DevSlice>, bool, bool)>,
+    /// Every output buffer of `got` against `want`'s.
+    compares: Vec<Comparison>,
     /// (buffers, input set): every `in` buffer against the set generated for that seed.
     verifies: Vec<(Vec<DevSlice>, u64)>,
 }
+
+/// One comparison of a [`Batch`].
+struct Comparison {
+    got: Vec<DevSlice>,
+    want: Vec<DevSlice>,
+    /// NaN equals NaN (run against run of the same side).
+    nan_equal: bool,
+    /// Bit for bit (no tolerance).
+    exact: bool,
+    /// The byte `got`'s outputs were poisoned with before its run.
+    poison: u8,
+}
+
+/// The output poison of a run: the byte every output element holds until the kernel writes
+/// it. Two patterns that differ in every byte alternate (set A with the first, its repeat
+/// with the second), so an element that is never written differs from the reference on at
+/// least one check whatever its valid value: 0xFF alone is a valid u8 (255) or i32 (-1).
+pub(crate) const POISONS: [u8; 2] = [0xFF, 0xA5];
 
 /// What a [`Batch`] found, entry by entry in the order they were added.
 pub(crate) struct Found {
@@ -42,15 +60,23 @@ pub(crate) struct Found {
 }
 
 impl Batch {
-    /// Adds a comparison of `got`'s outputs with `want`'s; returns its index in [`Found`].
+    /// Adds a comparison of `got`'s outputs (poisoned with `poison` before their run) with
+    /// `want`'s; returns its index in [`Found`].
     pub fn compare(
         &mut self,
         got: Vec<DevSlice>,
         want: Vec<DevSlice>,
         nan_equal: bool,
         exact: bool,
+        poison: u8,
     ) -> usize {
-        self.compares.push((got, want, nan_equal, exact));
+        self.compares.push(Comparison {
+            got,
+            want,
+            nan_equal,
+            exact,
+            poison,
+        });
         self.compares.len() - 1
     }
 
@@ -96,14 +122,18 @@ impl Harness {
             if done[e] {
                 continue;
             }
-            let (_, want, nan_equal, exact) = &batch.compares[e];
+            let this = &batch.compares[e];
             let same: Vec<usize> = (e..batch.compares.len())
                 .filter(|&f| {
-                    let (_, w, n, x) = &batch.compares[f];
-                    !done[f] && w == want && n == nan_equal && x == exact
+                    let other = &batch.compares[f];
+                    !done[f]
+                        && other.want == this.want
+                        && other.nan_equal == this.nan_equal
+                        && other.exact == this.exact
+                        && other.poison == this.poison
                 })
                 .collect();
-            let tol = if *exact {
+            let tol = if this.exact {
                 (0.0, 0.0)
             } else {
                 (job.tolerance.atol, job.tolerance.rtol)
@@ -111,11 +141,18 @@ impl Harness {
             for (s, &i) in outputs.iter().enumerate() {
                 let targets: Vec<(DevSlice, DevSlice)> = same
                     .iter()
-                    .map(|&f| (batch.compares[f].0[i], slots.slot(f * outputs.len() + s)))
+                    .map(|&f| (batch.compares[f].got[i], slots.slot(f * outputs.len() + s)))
                     .collect();
                 let b = &job.buffers[i];
                 ours(self.support.compare(
-                    &targets, want[i], b.dtype, c.lens[i], tol, *nan_equal, stream,
+                    &targets,
+                    this.want[i],
+                    b.dtype,
+                    c.lens[i],
+                    tol,
+                    this.nan_equal,
+                    this.poison,
+                    stream,
                 ))?;
             }
             for f in same {
@@ -148,7 +185,7 @@ impl Harness {
         self.clock_stop_sync(st, "checking outputs and inputs")?;
         let stats = ours(slots.read())?;
         let mut compares = Vec::with_capacity(batch.compares.len());
-        for (e, (got, want, _, _)) in batch.compares.iter().enumerate() {
+        for (e, Comparison { got, want, .. }) in batch.compares.iter().enumerate() {
             let mut total = Stats::default();
             let mut first = None;
             for (s, &i) in outputs.iter().enumerate() {
@@ -238,7 +275,8 @@ impl Harness {
         // Set A: the reference once, every member once.
         let mut sides = vec![Who::Reference];
         sides.extend(members_of(st));
-        self.prepare(st, c, mem, &sides, seed_a)?;
+        let [first_poison, second_poison] = POISONS;
+        self.prepare(st, c, mem, &sides, seed_a, first_poison)?;
         self.run(st, Who::Reference, &plans.reference, false)?;
         let mut again_ref = vec![0u64; job.candidates.len()];
         let ran = self.run_members(st, &plans.members, mem)?;
@@ -247,7 +285,7 @@ impl Harness {
             .iter()
             .map(|(_, live, _)| {
                 (
-                    batch.compare(live.clone(), reference.clone(), false, false),
+                    batch.compare(live.clone(), reference.clone(), false, false, first_poison),
                     batch.verify(live.clone(), seed_a),
                 )
             })
@@ -273,25 +311,30 @@ impl Harness {
                 }
             }
         }
-        // Set A again, members only, on fresh poison: races and first-call-only work.
+        // Set A again, members only, on the other poison: races, first-call-only work, and
+        // elements left unwritten because the first poison happened to be their value.
         let members = members_of(st);
-        self.prepare(st, c, mem, &members, seed_a)?;
+        self.prepare(st, c, mem, &members, seed_a, second_poison)?;
         let ran = self.run_members(st, &plans.members, mem)?;
         let mut batch = Batch::default();
         let entries: Vec<[usize; 3]> = ran
             .iter()
             .map(|(_, live, saved)| {
                 [
-                    batch.compare(live.clone(), saved.clone(), true, false),
-                    batch.compare(live.clone(), reference.clone(), false, false),
+                    batch.compare(live.clone(), saved.clone(), true, false, second_poison),
+                    batch.compare(live.clone(), reference.clone(), false, false, second_poison),
                     batch.verify(live.clone(), seed_a),
                 ]
             })
             .collect();
         let found = self.check_batch(st, c, mem, &batch)?;
         for ((i, _, _), [again, vs_ref, ver]) in ran.iter().zip(entries) {
-            checks[*i].nondeterministic = found.compares[again].0.mismatches > 0;
-            again_ref[*i] = found.compares[vs_ref].0.mismatches;
+            // Elements still holding this run's poison were never written: that is reported
+            // as such, not as a race.
+            let (again, vs_ref) = (&found.compares[again].0, &found.compares[vs_ref].0);
+            checks[*i].nondeterministic = again.mismatches > again.unwritten;
+            checks[*i].unwritten = checks[*i].unwritten.max(vs_ref.unwritten);
+            again_ref[*i] = vs_ref.mismatches.saturating_sub(vs_ref.unwritten);
             checks[*i].inputs_modified |= found.verifies[ver].mismatches > 0;
         }
         // Set B: must match again, and must change when the reference changes.
@@ -299,7 +342,7 @@ impl Harness {
         if random_inputs(c) {
             let mut sides = vec![Who::Reference];
             sides.extend(members_of(st));
-            self.prepare(st, c, mem, &sides, seed_b)?;
+            self.prepare(st, c, mem, &sides, seed_b, first_poison)?;
             self.run(st, Who::Reference, &plans.reference, false)?;
             let ran = self.run_members(st, &plans.members, mem)?;
             let mut batch = Batch::default();
@@ -307,9 +350,9 @@ impl Harness {
                 .iter()
                 .map(|(_, live, saved)| {
                     [
-                        batch.compare(live.clone(), reference.clone(), false, false),
-                        batch.compare(live.clone(), saved.clone(), true, true),
-                        batch.compare(reference.clone(), saved.clone(), true, false),
+                        batch.compare(live.clone(), reference.clone(), false, false, first_poison),
+                        batch.compare(live.clone(), saved.clone(), true, true, first_poison),
+                        batch.compare(reference.clone(), saved.clone(), true, false, first_poison),
                         batch.verify(live.clone(), seed_b),
                     ]
                 })

@@ -317,6 +317,17 @@ impl DevSlice {
         }
     }
 
+    /// The range from `offset` bytes into this one to its end (empty past the end).
+    pub fn past(&self, offset: u64) -> DevSlice {
+        let offset = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(self.bytes);
+        DevSlice {
+            ptr: self.ptr + offset as u64,
+            bytes: self.bytes - offset,
+        }
+    }
+
     /// Fills every byte with `value` on `stream`.
     pub fn memset(&self, value: u8, stream: sys::CUstream) -> Result<(), CudaError> {
         if self.bytes == 0 {
@@ -523,6 +534,18 @@ impl DeviceBuffer {
         DevSlice {
             ptr: self.ptr,
             bytes: self.bytes,
+        }
+    }
+
+    /// Everything a kernel can address through this buffer without a fault: the asked-for
+    /// bytes and, for shareable memory, the rest of the mapping up to its granularity.
+    pub fn mapped(&self) -> DevSlice {
+        DevSlice {
+            ptr: self.ptr,
+            bytes: self
+                .vmm
+                .as_ref()
+                .map_or(self.bytes, |v| v.size.max(self.bytes)),
         }
     }
 

@@ -37,11 +37,16 @@ pub enum GpuUnavailable {
 pub struct ExecOptions {
     /// Worker processes per visible GPU (default 1).
     pub workers_per_gpu: usize,
-    /// Wall-clock limit per job, including all configs and timing (default 60 s). The GPU
-    /// worker enforces it on the candidate's runs (a candidate that exhausts it is a
-    /// `timeout`); a worker that does not answer within it plus a grace period is ours
-    /// (`unavailable`).
+    /// Wall-clock budget of one candidate in a job: all of its runs on every config and
+    /// the timing together (default 60 s). A candidate that exhausts it is a `timeout`,
+    /// alone or in a group, and the other members go on. The job's own deadline is every
+    /// member's budget plus as much for the reference and a headroom
+    /// ([`ExecJob::deadline_for`]); a worker that does not answer within that plus a grace
+    /// period is ours (`unavailable`).
     pub timeout: Duration,
+    /// Longest a single run of a candidate's plan may take (default 10 s): a kernel that
+    /// hangs is a `timeout` after this long, not after its whole budget.
+    pub run_timeout: Duration,
     /// Timing protocol (see [`TimingOptions`]).
     pub timing: TimingOptions,
     /// Device memory cap per job in bytes (default 0: 90 % of the GPU's free memory).
@@ -63,6 +68,7 @@ impl Default for ExecOptions {
         ExecOptions {
             workers_per_gpu: 1,
             timeout: Duration::from_secs(60),
+            run_timeout: Duration::from_secs(10),
             timing: TimingOptions::default(),
             max_device_bytes: 0,
             seed: None,

@@ -97,6 +97,8 @@ pub(crate) struct Member {
     pub timing: Option<TimingStage>,
     /// GPU time of its own runs, ms.
     pub gpu_ms: f64,
+    /// Wall time of its runner's calls so far (load, allocation, runs): its own budget.
+    pub spent: Duration,
 }
 
 impl Member {
@@ -178,6 +180,11 @@ pub(crate) struct JobTrace {
     pub runs: u32,
     pub run_call_ms: f64,
     pub run_gpu_ms: f64,
+    /// Members whose module keeps data and is reloaded before every run; how many reloads
+    /// that took and their wall time in the runners.
+    pub reloaded_members: usize,
+    pub reloads: u32,
+    pub reload_ms: f64,
     /// The harness's waits for its own GPU work, and that work's GPU time.
     pub syncs: u32,
     pub sync_wait_ms: f64,
@@ -185,10 +192,16 @@ pub(crate) struct JobTrace {
 }
 
 /// A job in progress: its deadline, its members, and the GPU time it used.
+///
+/// Time limits are by cause: one runner call of a member may take `run_limit`, and all of a
+/// member's calls together `member_budget`; a member past either is a `timeout` and is
+/// stopped alone. The job's own `deadline` (reference, harness work and every member's
+/// budget, with headroom) only binds when something of ours is stuck, which is `unavailable`.
 pub(crate) struct JobState<'a> {
     pub job: &'a ExecJob,
     deadline: Instant,
     run_limit: Duration,
+    member_budget: Duration,
     pub members: Vec<Member>,
     /// GPU time of every run of every side, ms.
     pub runs_ms: f64,
@@ -198,7 +211,97 @@ pub(crate) struct JobState<'a> {
     pub trace: JobTrace,
 }
 
+/// How long a member's next runner call may take, and the status if it runs out.
+pub(crate) struct MemberLimit {
+    /// The limit of the call.
+    pub limit: Duration,
+    /// What the member gets when the call runs past `limit` (`None`: the job's deadline is
+    /// what binds, so a call past it is ours).
+    pub on_timeout: Option<ExecStatus>,
+}
+
+impl MemberLimit {
+    /// The limit of a member's call: its per-run limit, what is left of its budget, and
+    /// what is left of the job's deadline, whichever is least. `None` when its budget is
+    /// already spent.
+    pub fn of(
+        run_limit: Duration,
+        budget: Duration,
+        spent: Duration,
+        job_left: Duration,
+    ) -> Option<MemberLimit> {
+        let left = budget.saturating_sub(spent);
+        if left.is_zero() {
+            return None;
+        }
+        let own = run_limit.min(left);
+        Some(if job_left < own {
+            MemberLimit {
+                limit: job_left,
+                on_timeout: None,
+            }
+        } else {
+            MemberLimit {
+                limit: own,
+                on_timeout: Some(ExecStatus::Timeout {
+                    limit_ms: if run_limit <= left { run_limit } else { budget }.as_millis() as u64,
+                }),
+            }
+        })
+    }
+}
+
 impl JobState<'_> {
+    /// The limit of member `i`'s next runner call; `Ok(None)` when its budget is spent (it is
+    /// stopped as a `timeout` then), `Err` when the job's deadline has passed (ours).
+    pub fn member_limit(&mut self, i: usize) -> Run<Option<MemberLimit>> {
+        let job_left = self.deadline.saturating_duration_since(Instant::now());
+        if job_left.is_zero() {
+            return Err(self.deadline_passed());
+        }
+        let spent = self.members.get(i).map_or(Duration::ZERO, |m| m.spent);
+        match MemberLimit::of(self.run_limit, self.member_budget, spent, job_left) {
+            Some(l) => Ok(Some(l)),
+            None => {
+                let limit_ms = self.member_budget.as_millis() as u64;
+                self.stop(i, ExecStatus::Timeout { limit_ms });
+                Ok(None)
+            }
+        }
+    }
+
+    /// Adds the wall time of a runner call to member `i`'s budget.
+    pub fn charge(&mut self, i: usize, took: Duration) {
+        if let Some(m) = self.members.get_mut(i) {
+            m.spent += took;
+        }
+    }
+
+    /// What member `i`'s failed call comes to: its own fault stops it, ours fails the job.
+    pub fn member_failed(&mut self, i: usize, f: RunnerFault, limit: &MemberLimit) -> Run<()> {
+        let status = match f {
+            RunnerFault::Timeout(_) => match &limit.on_timeout {
+                Some(s) => s.clone(),
+                None => return Err(self.deadline_passed()),
+            },
+            other => member_status(other)?,
+        };
+        self.stop(i, status);
+        Ok(())
+    }
+
+    fn deadline_passed(&self) -> Fault {
+        Fault::Ours(
+            format!(
+                "the job's {} ms ran out (each member may take {} ms per run and {} ms in all)",
+                self.job.deadline_ms,
+                self.run_limit.as_millis(),
+                self.member_budget.as_millis()
+            ),
+            false,
+        )
+    }
+
     /// Members still running.
     pub fn active(&self) -> Vec<usize> {
         (0..self.members.len())
@@ -276,10 +379,13 @@ pub(crate) fn runner_launches(job: &ExecJob, c: &JobConfig, plan: &ResolvedPlan)
         .collect()
 }
 
-/// A side's plan in runner form: launches and the buffers to zero in the timed window.
+/// A side's plan in runner form: launches, the buffers to zero in the timed window, and the
+/// bytes of each buffer the config uses (the runner zeroes the rest before the run; empty
+/// for the trusted reference).
 pub(crate) struct SidePlan {
     pub launches: Vec<RunLaunch>,
     pub zero: Vec<ZeroRange>,
+    pub used: Vec<u64>,
 }
 
 /// The runner launches of every side of one config, built once for its checks and timing.
@@ -290,8 +396,10 @@ pub(crate) struct ConfigPlans {
 
 impl ConfigPlans {
     pub fn new(job: &ExecJob, c: &JobConfig) -> ConfigPlans {
+        let mut reference = SidePlan::new(job, c, &c.reference, &job.reference.scratch);
+        reference.used.clear();
         ConfigPlans {
-            reference: SidePlan::new(job, c, &c.reference, &job.reference.scratch),
+            reference,
             members: c
                 .candidates
                 .iter()
@@ -317,6 +425,7 @@ impl SidePlan {
                     bytes: n * d.size_bytes(),
                 })
                 .collect(),
+            used: side_bytes(job, c, plan, scratch),
         }
     }
 }
@@ -392,6 +501,15 @@ pub(crate) fn buffer_seed(seed: u64, i: usize) -> u64 {
     seed ^ 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)
 }
 
+/// What a member's module can keep between runs (its cubin, base64, as the job carries it).
+fn module_state(cubin_b64: &str) -> Result<super::cubin::CubinState, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(cubin_b64)
+        .map_err(|e| e.to_string())?;
+    super::cubin::inspect(&bytes).map_err(|e| e.to_string())
+}
+
 fn key_of(text: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -399,7 +517,9 @@ fn key_of(text: &str) -> u64 {
     h.finish()
 }
 
-fn member_status(f: RunnerFault, run_limit: Duration) -> Result<ExecStatus, Fault> {
+/// A member's failure other than a timeout (timeouts depend on which limit bound: see
+/// [`JobState::member_failed`]).
+fn member_status(f: RunnerFault) -> Result<ExecStatus, Fault> {
     match f {
         RunnerFault::Unavailable(r) => Err(Fault::Ours(r, false)),
         RunnerFault::Cuda(e) => Ok(ExecStatus::CudaError {
@@ -407,8 +527,8 @@ fn member_status(f: RunnerFault, run_limit: Duration) -> Result<ExecStatus, Faul
             name: e.name,
             during: e.during,
         }),
-        RunnerFault::Timeout(_) => Ok(ExecStatus::Timeout {
-            limit_ms: run_limit.as_millis() as u64,
+        RunnerFault::Timeout(d) => Ok(ExecStatus::Timeout {
+            limit_ms: d.as_millis() as u64,
         }),
         RunnerFault::Crashed(r) => Ok(ExecStatus::Crashed { reason: r }),
     }
@@ -451,21 +571,28 @@ impl Harness {
         } else {
             600_000
         };
+        let member_budget = Duration::from_millis(if job.member_budget_ms > 0 {
+            job.member_budget_ms
+        } else {
+            deadline_ms
+        });
         let run_limit = if job.run_limit_ms > 0 {
             Duration::from_millis(job.run_limit_ms)
         } else {
-            Duration::from_millis(deadline_ms)
+            member_budget
         };
         let mut st = JobState {
             job,
             deadline: Instant::now() + Duration::from_millis(deadline_ms),
             run_limit,
+            member_budget,
             members: (0..n)
                 .map(|_| Member {
                     stopped: None,
                     checks: Vec::new(),
                     timing: None,
                     gpu_ms: 0.0,
+                    spent: Duration::ZERO,
                 })
                 .collect(),
             runs_ms: 0.0,
@@ -576,36 +703,77 @@ impl Harness {
                 &job.reference.cubin_b64,
                 symbols(&job.reference),
                 Some(ref_key),
+                false,
                 limit,
             )
             .map_err(|f| Fault::Reference(format!("the reference failed to load: {f}")))?;
         // Members load in parallel: a runner that has to start first (process, CUDA
         // context) costs a few hundred milliseconds.
         let t = Instant::now();
-        let limit = self.limit(st)?.min(st.run_limit);
-        let loads: Vec<Result<(), RunnerFault>> = std::thread::scope(|s| {
+        // What each member's module can keep between runs decides how it is loaded: with
+        // data of its own it is reloaded before every run; with the device heap it is
+        // refused (the heap outlives any reload).
+        let mut reload = vec![false; job.candidates.len()];
+        for (i, m) in job.candidates.iter().enumerate() {
+            match module_state(&m.cubin_b64) {
+                Ok(state) if state.uses_heap() => st.stop(
+                    i,
+                    ExecStatus::InvalidLaunch {
+                        reason: format!(
+                            "the module calls the device heap ({}): memory it allocates outlives a run, so it could carry results from one run to the next; device-side malloc/free is not allowed",
+                            state.heap_calls.join(", ")
+                        ),
+                    },
+                ),
+                Ok(state) => reload[i] = state.keeps_data(),
+                Err(_) => reload[i] = true,
+            }
+        }
+        let mut limits = Vec::with_capacity(job.candidates.len());
+        for i in 0..job.candidates.len() {
+            limits.push(if st.members[i].active() {
+                st.member_limit(i)?
+            } else {
+                None
+            });
+        }
+        st.trace.reloaded_members = reload.iter().filter(|&&r| r).count();
+        let loads: Vec<Option<(Result<(), RunnerFault>, Duration)>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .runners
                 .iter_mut()
                 .zip(&job.candidates)
-                .map(|(r, m)| {
+                .zip(&limits)
+                .zip(&reload)
+                .map(|(((r, m), l), &each)| {
                     let syms = symbols(m);
-                    s.spawn(move || r.load(&m.cubin_b64, syms, None, limit))
+                    l.as_ref().map(|l| {
+                        let limit = l.limit;
+                        s.spawn(move || {
+                            let t = Instant::now();
+                            (r.load(&m.cubin_b64, syms, None, each, limit), t.elapsed())
+                        })
+                    })
                 })
                 .collect();
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(RunnerFault::Unavailable("a loader thread panicked".into()))
+                    h.map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            (
+                                Err(RunnerFault::Unavailable("a loader thread panicked".into())),
+                                Duration::ZERO,
+                            )
+                        })
                     })
                 })
                 .collect()
         });
-        for (i, l) in loads.into_iter().enumerate() {
-            if let Err(f) = l {
-                let s = member_status(f, st.run_limit)?;
-                st.stop(i, s);
+        for (i, (l, limit)) in loads.into_iter().zip(&limits).enumerate() {
+            if let (Some((Err(f), took)), Some(limit)) = (l, limit) {
+                st.charge(i, took);
+                st.member_failed(i, f, limit)?;
             }
         }
         st.trace.load_ms = ms_since(t);
@@ -673,18 +841,12 @@ impl Harness {
         Ok(())
     }
 
-    /// Time left for the next runner call; `Err` once the job's budget is spent.
+    /// Time left for the next call of the reference or the harness; `Err` once the job's
+    /// deadline has passed.
     pub fn limit(&self, st: &JobState) -> Run<Duration> {
         let left = st.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Fault::Ours(
-                format!(
-                    "the job's {} ms ran out (its members' own limits are {} ms per run)",
-                    st.job.deadline_ms,
-                    st.run_limit.as_millis()
-                ),
-                false,
-            ));
+            return Err(st.deadline_passed());
         }
         Ok(left)
     }
@@ -699,47 +861,66 @@ impl Harness {
         let reference = self.map_side(job, &handles, &sizes.reference, "reference", None)?;
         // The members' runners allocate in parallel (each a process round trip and a few
         // large cuMemAllocs); the harness then maps their buffers one by one.
-        let limit = self.limit(st)?.min(st.run_limit);
-        let active: Vec<bool> = (0..job.candidates.len())
-            .map(|i| st.members[i].active())
-            .collect();
-        let allocs: Vec<Option<Result<Vec<BufferShare>, RunnerFault>>> = std::thread::scope(|s| {
+        let mut limits = Vec::with_capacity(job.candidates.len());
+        for i in 0..job.candidates.len() {
+            limits.push(if st.members[i].active() {
+                st.member_limit(i)?
+            } else {
+                None
+            });
+        }
+        type Alloc = (Result<Vec<BufferShare>, RunnerFault>, Duration);
+        let allocs: Vec<Option<Alloc>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .runners
                 .iter_mut()
                 .zip(&sizes.members)
-                .zip(&active)
-                .map(|((r, cb), &on)| on.then(|| s.spawn(move || r.alloc(cb.clone(), limit))))
+                .zip(&limits)
+                .map(|((r, cb), l)| {
+                    l.as_ref().map(|l| {
+                        let limit = l.limit;
+                        s.spawn(move || {
+                            let t = Instant::now();
+                            (r.alloc(cb.clone(), limit), t.elapsed())
+                        })
+                    })
+                })
                 .collect();
             handles
                 .into_iter()
                 .map(|h| {
                     h.map(|h| {
                         h.join().unwrap_or_else(|_| {
-                            Err(RunnerFault::Unavailable(
-                                "an allocating thread panicked".into(),
-                            ))
+                            (
+                                Err(RunnerFault::Unavailable(
+                                    "an allocating thread panicked".into(),
+                                )),
+                                Duration::ZERO,
+                            )
                         })
                     })
                 })
                 .collect()
         });
         let mut members = Vec::new();
-        for (i, a) in allocs.into_iter().enumerate() {
-            match a {
-                None => members.push(None),
-                Some(Ok(handles)) => members.push(Some(self.map_side(
-                    job,
-                    &handles,
-                    &sizes.members[i],
-                    "candidate",
-                    Some(&sizes.saved),
-                )?)),
-                Some(Err(f)) => {
-                    let s = member_status(f, st.run_limit)?;
-                    st.stop(i, s);
+        for (i, (a, limit)) in allocs.into_iter().zip(&limits).enumerate() {
+            match (a, limit) {
+                (Some((Ok(handles), took)), _) => {
+                    st.charge(i, took);
+                    members.push(Some(self.map_side(
+                        job,
+                        &handles,
+                        &sizes.members[i],
+                        "candidate",
+                        Some(&sizes.saved),
+                    )?))
+                }
+                (Some((Err(f), took)), Some(limit)) => {
+                    st.charge(i, took);
+                    st.member_failed(i, f, limit)?;
                     members.push(None);
                 }
+                _ => members.push(None),
             }
         }
         let pristine = job
@@ -836,8 +1017,8 @@ impl Harness {
         Ok(())
     }
 
-    /// Writes input set `seed` into the sides and poisons their outputs; waits. The set is
-    /// generated once and copied into every side.
+    /// Writes input set `seed` into the sides and fills their outputs with the `poison`
+    /// byte; waits. The set is generated once and copied into every side.
     pub fn prepare(
         &self,
         st: &mut JobState,
@@ -845,6 +1026,7 @@ impl Harness {
         mem: &JobMemory,
         sides: &[Who],
         seed: u64,
+        poison: u8,
     ) -> Run<()> {
         let stream = self.gpu.stream();
         self.clock_start()?;
@@ -866,7 +1048,10 @@ impl Harness {
                 }
                 (None, Direction::Out) => {
                     for s in &bufs {
-                        ours(s[i].prefix(st.job.buffer_bytes(c, i)).memset(0xFF, stream))?;
+                        ours(
+                            s[i].prefix(st.job.buffer_bytes(c, i))
+                                .memset(poison, stream),
+                        )?;
                     }
                 }
                 (None, _) => {}
@@ -888,7 +1073,6 @@ impl Harness {
                 return Ok(SideRun::MemberStopped);
             }
         }
-        let limit = self.limit(st)?.min(st.run_limit);
         let flush_bytes = if flush {
             2 * self.info.l2_bytes.max(0) as u64
         } else {
@@ -897,7 +1081,7 @@ impl Harness {
         st.flush_counter = st.flush_counter.wrapping_mul(2_654_435_761).wrapping_add(1);
         let flush = (flush_bytes, st.flush_counter);
         let t = Instant::now();
-        let out = self.run_side(st, who, plan, flush, limit);
+        let out = self.run_side(st, who, plan, flush);
         st.trace.runs += 1;
         st.trace.run_call_ms += ms_since(t);
         out
@@ -909,27 +1093,48 @@ impl Harness {
         who: Who,
         plan: &SidePlan,
         flush: (u64, u32),
-        limit: Duration,
     ) -> Run<SideRun<f64>> {
         match who {
             Who::Reference => {
-                let ms = self
+                let limit = self.limit(st)?;
+                let (ms, _) = self
                     .reference
-                    .run(plan.launches.clone(), plan.zero.clone(), flush, limit)
+                    .run(
+                        plan.launches.clone(),
+                        plan.zero.clone(),
+                        plan.used.clone(),
+                        flush,
+                        limit,
+                    )
                     .map_err(|f| Fault::Reference(format!("the reference failed: {f}")))?;
                 st.runs_ms += ms;
                 Ok(SideRun::Ok(ms))
             }
             Who::Member(i) => {
-                match self.runners[i].run(plan.launches.clone(), plan.zero.clone(), flush, limit) {
-                    Ok(ms) => {
+                let Some(limit) = st.member_limit(i)? else {
+                    return Ok(SideRun::MemberStopped);
+                };
+                let t = Instant::now();
+                let out = self.runners[i].run(
+                    plan.launches.clone(),
+                    plan.zero.clone(),
+                    plan.used.clone(),
+                    flush,
+                    limit.limit,
+                );
+                st.charge(i, t.elapsed());
+                match out {
+                    Ok((ms, reload_ms)) => {
+                        if reload_ms > 0.0 {
+                            st.trace.reloads += 1;
+                            st.trace.reload_ms += reload_ms;
+                        }
                         st.runs_ms += ms;
                         st.members[i].gpu_ms += ms;
                         Ok(SideRun::Ok(ms))
                     }
                     Err(f) => {
-                        let s = member_status(f, st.run_limit)?;
-                        st.stop(i, s);
+                        st.member_failed(i, f, &limit)?;
                         Ok(SideRun::MemberStopped)
                     }
                 }
@@ -956,5 +1161,62 @@ fn write_trace(trace: &JobTrace) {
         {
             let _ = writeln!(f, "{line}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    fn timeout_ms(l: &MemberLimit) -> Option<u64> {
+        match l.on_timeout {
+            Some(ExecStatus::Timeout { limit_ms }) => Some(limit_ms),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_hang_is_the_members_timeout_at_its_run_limit() {
+        // Fresh member, plenty of job time: one run may take the run limit, and running
+        // past it is the member's own timeout.
+        let l = MemberLimit::of(S(10), S(60), S(0), S(600)).unwrap();
+        assert_eq!(l.limit, S(10));
+        assert_eq!(timeout_ms(&l), Some(10_000));
+    }
+
+    #[test]
+    fn a_slow_member_is_stopped_on_its_own_budget() {
+        // 55 s of its 60 s spent: its next run may take 5 s, and past that it is a timeout
+        // of its budget; once spent, there is no next call.
+        let l = MemberLimit::of(S(10), S(60), S(55), S(600)).unwrap();
+        assert_eq!(l.limit, S(5));
+        assert_eq!(timeout_ms(&l), Some(60_000));
+        assert!(MemberLimit::of(S(10), S(60), S(60), S(600)).is_none());
+        assert!(MemberLimit::of(S(10), S(60), S(61), S(600)).is_none());
+    }
+
+    #[test]
+    fn only_the_jobs_deadline_binding_makes_a_timeout_ours() {
+        // 3 s left of the job: the call is limited to them, and a call past them is not
+        // the member's fault.
+        let l = MemberLimit::of(S(10), S(60), S(0), S(3)).unwrap();
+        assert_eq!(l.limit, S(3));
+        assert!(l.on_timeout.is_none());
+    }
+
+    #[test]
+    fn a_jobs_deadline_covers_every_members_budget_and_the_reference() {
+        // With every member spending its whole budget one after another, the reference and
+        // the harness still have a budget's worth of time and the headroom left.
+        for members in [1usize, 2, 16] {
+            let budget = 60_000u64;
+            let deadline = ExecJob::deadline_for(members, budget);
+            assert!(
+                deadline >= members as u64 * budget + budget + super::super::job::JOB_HEADROOM_MS
+            );
+        }
+        assert_eq!(ExecJob::deadline_for(1, u64::MAX), u64::MAX);
     }
 }

@@ -124,6 +124,9 @@ impl Default for TimingOptions {
     }
 }
 
+/// Headroom of a job's deadline beyond its members' and the reference's budgets, ms.
+pub const JOB_HEADROOM_MS: u64 = 30_000;
+
 /// A complete GPU job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecJob {
@@ -155,12 +158,18 @@ pub struct ExecJob {
     pub flops: f64,
     /// Peak arithmetic rate for the compute floor, TFLOP/s (0: the device table).
     pub peak_tflops: f64,
-    /// Wall-clock budget of the whole job inside the worker, ms (0: none).
+    /// Wall-clock budget of the whole job inside the worker, ms (0: 600 s). It covers the
+    /// reference, the harness's own work and every member's budget with headroom, so it only
+    /// runs out when something of ours is stuck (`unavailable`).
     pub deadline_ms: u64,
-    /// Longest a single runner call of a member may take, ms (0: the job's budget); a
+    /// Longest a single runner call of a member may take, ms (0: its whole budget); a
     /// member past it is a `timeout` and the others go on.
     #[serde(default)]
     pub run_limit_ms: u64,
+    /// Wall time all of one member's runner calls may take together, ms (0: the job's
+    /// deadline); a member past it is a `timeout` and the others go on.
+    #[serde(default)]
+    pub member_budget_ms: u64,
 }
 
 fn fill_for(dist: &Distribution, dtype: DType, sizes: &crate::expr::Sizes) -> Result<Fill, String> {
@@ -319,10 +328,12 @@ pub struct JobParts<'a> {
     pub bandwidth_gbps: f64,
     /// Peak arithmetic rate override, TFLOP/s (0: automatic).
     pub peak_tflops: f64,
-    /// Wall-clock budget of the job inside the worker, ms (0: none).
+    /// Wall-clock budget of the job inside the worker, ms (0: 600 s).
     pub deadline_ms: u64,
-    /// Longest single run of a member, ms (0: the job's budget).
+    /// Longest single run of a member, ms (0: its whole budget).
     pub run_limit_ms: u64,
+    /// Wall time of all of one member's runner calls, ms (0: the job's deadline).
+    pub member_budget_ms: u64,
 }
 
 impl ExecJob {
@@ -422,7 +433,17 @@ impl ExecJob {
             peak_tflops: p.peak_tflops,
             deadline_ms: p.deadline_ms,
             run_limit_ms: p.run_limit_ms,
+            member_budget_ms: p.member_budget_ms,
         })
+    }
+
+    /// The deadline a job of `members` members needs so that only our own failures can reach
+    /// it: every member's budget, as much again for the reference and the harness, and a
+    /// fixed headroom for starting runner processes.
+    pub fn deadline_for(members: usize, member_budget_ms: u64) -> u64 {
+        (members as u64 + 1)
+            .saturating_mul(member_budget_ms)
+            .saturating_add(JOB_HEADROOM_MS)
     }
 
     /// Bytes of ABI buffer `i` on config `c`.

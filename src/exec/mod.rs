@@ -9,6 +9,7 @@
 //! driver or GPU, [`Executor::new`] says why and the stages report `Unavailable`.
 
 mod checks;
+pub mod cubin;
 mod device;
 mod direct;
 mod driver;

@@ -73,6 +73,10 @@ pub enum RunnerCmd {
         cubin_b64: String,
         /// The symbols to look up, in launch order.
         symbols: Vec<String>,
+        /// Load the module afresh before every run after the first, so that data its kernels
+        /// leave in the module (`__device__` variables) cannot serve a later run.
+        #[serde(default)]
+        reload_each_run: bool,
     },
     /// Frees every buffer (scrubbed first) and allocates these. With a `share_token`, and a
     /// harness inbox in the runner's environment, the buffers are shareable (VMM API) and
@@ -85,13 +89,20 @@ pub enum RunnerCmd {
         #[serde(default)]
         share_token: u64,
     },
-    /// One run: L2 flush (untimed), start event, `zero` ranges zeroed, the launches, end
-    /// event, synchronise. Answers with the time between the events.
+    /// One run: the module reloaded (when loaded with `reload_each_run`) and every buffer
+    /// zeroed past what this run uses (untimed), L2 flush (untimed), start event, `zero`
+    /// ranges zeroed, the launches, end event, synchronise. Answers with the time between
+    /// the events.
     Run {
         /// The launches, in order.
         launches: Vec<RunLaunch>,
         /// What to zero inside the timed window (scratch).
         zero: Vec<ZeroRange>,
+        /// Per buffer of the last `Alloc`, the bytes this run's configuration uses; the rest
+        /// of each buffer's mapping is zeroed before the run, so nothing a kernel leaves
+        /// there can serve a later run (empty: nothing zeroed).
+        #[serde(default)]
+        used: Vec<u64>,
         /// Bytes of the L2 flush before the start event (0: none).
         flush_bytes: u64,
         /// The word the flush writes (different each time, so it cannot be skipped).
@@ -128,6 +139,9 @@ pub enum RunnerReply {
     Ran {
         /// Milliseconds between the start and end events.
         millis: f64,
+        /// Wall milliseconds spent reloading the module before the run (0: not reloaded).
+        #[serde(default)]
+        reload_ms: f64,
     },
     /// A CUDA call failed; the runner asks to be replaced.
     Failed {
@@ -160,6 +174,10 @@ struct RunnerState {
     gpu: Gpu,
     module: Option<Module>,
     functions: Vec<sys::CUfunction>,
+    /// What the module was loaded from, when it is reloaded before every run.
+    image: Option<(Vec<u8>, Vec<String>)>,
+    /// Runs since the module was (re)loaded.
+    runs_since_load: u32,
     buffers: Vec<DeviceBuffer>,
     flush: Option<DeviceBuffer>,
     events: Option<(Event, Event)>,
@@ -175,6 +193,8 @@ impl RunnerState {
             gpu,
             module: None,
             functions: Vec::new(),
+            image: None,
+            runs_since_load: 0,
             buffers: Vec::new(),
             flush: None,
             events: None,
@@ -191,20 +211,53 @@ impl RunnerState {
     fn unload(&mut self) {
         self.functions.clear();
         self.module = None;
+        self.image = None;
     }
 
-    fn load(&mut self, cubin_b64: &str, symbols: &[String]) -> Result<(), CudaError> {
+    fn load(
+        &mut self,
+        cubin_b64: &str,
+        symbols: &[String],
+        reload_each_run: bool,
+    ) -> Result<(), CudaError> {
         self.unload();
         let cubin = base64::engine::general_purpose::STANDARD
             .decode(cubin_b64)
             .unwrap_or_default();
-        let module = self.gpu.load_module(&cubin, "kernels")?;
+        self.load_image(&cubin, symbols)?;
+        if reload_each_run {
+            self.image = Some((cubin, symbols.to_vec()));
+        }
+        Ok(())
+    }
+
+    fn load_image(&mut self, cubin: &[u8], symbols: &[String]) -> Result<(), CudaError> {
+        self.functions.clear();
+        self.module = None;
+        let module = self.gpu.load_module(cubin, "kernels")?;
         self.functions = symbols
             .iter()
             .map(|s| module.function(s))
             .collect::<Result<_, _>>()?;
         self.module = Some(module);
+        self.runs_since_load = 0;
         Ok(())
+    }
+
+    /// Loads the module afresh when it keeps data and has run since it was loaded; the
+    /// wall milliseconds that took (0 when not needed).
+    fn refresh_module(&mut self) -> Result<f64, CudaError> {
+        if self.runs_since_load == 0 {
+            return Ok(0.0);
+        }
+        let Some((cubin, symbols)) = self.image.take() else {
+            return Ok(0.0);
+        };
+        let t = std::time::Instant::now();
+        let loaded = self.load_image(&cubin, &symbols);
+        self.image = Some((cubin, symbols));
+        loaded?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
     }
 
     /// Shareable buffers whose descriptors went to the harness's inbox; `None` when this
@@ -257,10 +310,18 @@ impl RunnerState {
         &mut self,
         launches: &[RunLaunch],
         zero: &[ZeroRange],
+        used: &[u64],
         flush_bytes: u64,
         flush_value: u32,
-    ) -> Result<f64, CudaError> {
+    ) -> Result<(f64, f64), CudaError> {
+        // Nothing a kernel left behind in an earlier run may serve this one: the module's
+        // data starts as loaded, and what lies past this configuration's bytes is zeroed.
+        let reload_ms = self.refresh_module()?;
+        self.runs_since_load += 1;
         let stream = self.gpu.stream();
+        for (b, &u) in self.buffers.iter().zip(used) {
+            b.mapped().past(u).memset(0, stream)?;
+        }
         if flush_bytes > 0
             && self
                 .flush
@@ -300,7 +361,7 @@ impl RunnerState {
         }
         e1.record(stream)?;
         self.gpu.sync(|| "synchronize after the plan".into())?;
-        Ok(f64::from(e1.elapsed_since(e0)?))
+        Ok((f64::from(e1.elapsed_since(e0)?), reload_ms))
     }
 }
 
@@ -330,7 +391,11 @@ impl Handler for RunnerHandler {
             restart: true,
         };
         match cmd {
-            RunnerCmd::Load { cubin_b64, symbols } => match state.load(&cubin_b64, &symbols) {
+            RunnerCmd::Load {
+                cubin_b64,
+                symbols,
+                reload_each_run,
+            } => match state.load(&cubin_b64, &symbols, reload_each_run) {
                 Ok(()) => Handled::ok(RunnerReply::Loaded),
                 Err(e) => failed(e),
             },
@@ -358,10 +423,11 @@ impl Handler for RunnerHandler {
             RunnerCmd::Run {
                 launches,
                 zero,
+                used,
                 flush_bytes,
                 flush_value,
-            } => match state.run(&launches, &zero, flush_bytes, flush_value) {
-                Ok(millis) => Handled::ok(RunnerReply::Ran { millis }),
+            } => match state.run(&launches, &zero, &used, flush_bytes, flush_value) {
+                Ok((millis, reload_ms)) => Handled::ok(RunnerReply::Ran { millis, reload_ms }),
                 Err(e) => failed(e),
             },
             RunnerCmd::Occupancy { queries } => Handled::ok(RunnerReply::Occupancy {
@@ -435,6 +501,10 @@ impl RunnerClient {
                 .spec(crate::worker::Role::Runner);
         // Without an inbox the runner's buffers are mapped through legacy CUDA IPC (slower
         // for the harness's own kernels, the same for the runner's).
+        // Every function is loaded with its module, not at its first launch (which would
+        // fall in a timed window, and a module that keeps data is reloaded before each run).
+        spec.env
+            .push(("CUDA_MODULE_LOADING".to_string(), "EAGER".to_string()));
         let inbox = FdInbox::new().ok();
         if let Some(inbox) = &inbox {
             spec.env.push((
@@ -491,12 +561,14 @@ impl RunnerClient {
         RunnerFault::Unavailable(format!("runner answered out of turn: {reply:?}"))
     }
 
-    /// Loads a module (`key` identifies it; `None` forces a load).
+    /// Loads a module (`key` identifies it; `None` forces a load); with `reload_each_run`
+    /// the runner loads it afresh before every run after the first.
     pub fn load(
         &mut self,
         cubin_b64: &str,
         symbols: Vec<String>,
         key: Option<u64>,
+        reload_each_run: bool,
         limit: Duration,
     ) -> Result<(), RunnerFault> {
         if key.is_some() && self.loaded == key {
@@ -505,6 +577,7 @@ impl RunnerClient {
         let cmd = RunnerCmd::Load {
             cubin_b64: cubin_b64.to_string(),
             symbols,
+            reload_each_run,
         };
         match self.call(&cmd, limit)? {
             RunnerReply::Loaded => {
@@ -562,22 +635,24 @@ impl RunnerClient {
         }
     }
 
-    /// One timed run; returns its milliseconds.
+    /// One timed run; returns its milliseconds and those of reloading the module first.
     pub fn run(
         &mut self,
         launches: Vec<RunLaunch>,
         zero: Vec<ZeroRange>,
+        used: Vec<u64>,
         flush: (u64, u32),
         limit: Duration,
-    ) -> Result<f64, RunnerFault> {
+    ) -> Result<(f64, f64), RunnerFault> {
         let cmd = RunnerCmd::Run {
             launches,
             zero,
+            used,
             flush_bytes: flush.0,
             flush_value: flush.1,
         };
         match self.call(&cmd, limit)? {
-            RunnerReply::Ran { millis } => Ok(millis),
+            RunnerReply::Ran { millis, reload_ms } => Ok((millis, reload_ms)),
             other => Err(Self::unexpected(other)),
         }
     }

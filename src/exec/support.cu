@@ -42,10 +42,12 @@ template <> __device__ __forceinline__ int from_double<int>(double v) { return (
 template <> __device__ __forceinline__ long long from_double<long long>(double v) { return (long long)v; }
 template <> __device__ __forceinline__ unsigned char from_double<unsigned char>(double v) { return (unsigned char)v; }
 
-template <typename T> __device__ __forceinline__ bool is_poison(T v) {
+// Whether every byte of v is the poison byte its buffer was filled with before the run (two
+// patterns alternate between runs, so no valid value can hide an unwritten element).
+template <typename T> __device__ __forceinline__ bool is_poison(T v, unsigned char poison) {
     const unsigned char* b = reinterpret_cast<const unsigned char*>(&v);
     #pragma unroll
-    for (int k = 0; k < (int)sizeof(T); ++k) if (b[k] != 0xFF) return false;
+    for (int k = 0; k < (int)sizeof(T); ++k) if (b[k] != poison) return false;
     return true;
 }
 
@@ -145,11 +147,11 @@ struct Tally {
 // One element of a comparison (elements with identical bits never get here: they agree).
 template <typename T>
 __device__ __forceinline__ void compare_one(T gr, T wr, unsigned long long i, double atol, double rtol,
-                                            int nan_equal, Tally& y) {
+                                            int nan_equal, unsigned char poison, Tally& y) {
     double g = to_double(gr), w = to_double(wr);
     bool ok;
     if (isnan(w) || isnan(g)) {
-        ok = isnan(w) && isnan(g) && (nan_equal || !is_poison(gr) || is_poison(wr));
+        ok = isnan(w) && isnan(g) && (nan_equal || !is_poison(gr, poison) || is_poison(wr, poison));
     } else if (isinf(w) || isinf(g)) {
         ok = g == w;
     } else {
@@ -163,7 +165,7 @@ __device__ __forceinline__ void compare_one(T gr, T wr, unsigned long long i, do
         if (i < y.first) y.first = i;
         if (!(isfinite(g) && isfinite(w))) y.nonfin++;
     }
-    if (is_poison(gr) && !is_poison(wr)) y.unwr++;
+    if (is_poison(gr, poison) && !is_poison(wr, poison)) y.unwr++;
 }
 
 __device__ __forceinline__ void flush_tally(Tally y, CompareStats* st) {
@@ -211,11 +213,12 @@ __device__ __forceinline__ void each_difference(const Part& p, const T* mine, co
 // Compares n elements of every target (`got`) with `want`, into the target's slot.
 template <typename T>
 __device__ void compare(const Targets& t, const T* want, unsigned long long n, double atol, double rtol,
-                        int nan_equal) {
+                        int nan_equal, int poison) {
     Part p = part_of(t);
     Tally y;
+    unsigned char pb = (unsigned char)poison;
     each_difference<T>(p, reinterpret_cast<const T*>(t.ptr[p.who]), want, n,
-                       [&](T g, T w, unsigned long long i) { compare_one<T>(g, w, i, atol, rtol, nan_equal, y); });
+                       [&](T g, T w, unsigned long long i) { compare_one<T>(g, w, i, atol, rtol, nan_equal, pb, y); });
     flush_tally(y, reinterpret_cast<CompareStats*>(t.slot[p.who]));
 }
 
@@ -239,8 +242,8 @@ __device__ void verify(const Targets& t, const T* pristine, unsigned long long n
         fill<T>(out, n, seed, mode, a, b);                                                            \
     }                                                                                                 \
     extern "C" __global__ void compare_##NAME(Targets t, const T* want, unsigned long long n,        \
-                                              double atol, double rtol, int nan_equal) {             \
-        compare<T>(t, want, n, atol, rtol, nan_equal);                                                \
+                                              double atol, double rtol, int nan_equal, int poison) { \
+        compare<T>(t, want, n, atol, rtol, nan_equal, poison);                                        \
     }                                                                                                 \
     extern "C" __global__ void verify_##NAME(Targets t, const T* pristine, unsigned long long n) {   \
         verify<T>(t, pristine, n);                                                                    \

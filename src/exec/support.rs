@@ -273,7 +273,8 @@ impl Support {
     }
 
     /// Compares `n` elements of every `got` buffer with `want`, each into its statistics
-    /// slot (`(buffer, slot)` pairs).
+    /// slot (`(buffer, slot)` pairs); `poison` is the byte the `got` buffers were poisoned
+    /// with before their run (an element still all `poison` was never written).
     #[allow(clippy::too_many_arguments)]
     pub fn compare(
         &self,
@@ -283,6 +284,7 @@ impl Support {
         n: u64,
         (atol, rtol): (f64, f64),
         nan_equal: bool,
+        poison: u8,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
         for group in got.chunks(MAX_TARGETS) {
@@ -297,6 +299,7 @@ impl Support {
                     arg_f64(atol),
                     arg_f64(rtol),
                     arg_i32(nan_equal as i32),
+                    arg_i32(i32::from(poison)),
                 ],
                 stream,
                 || format!("comparing outputs ({dtype})"),

@@ -251,6 +251,7 @@ fn reference_outputs(
         peak_tflops: 0.0,
         deadline_ms: 0,
         run_limit_ms: 0,
+        member_budget_ms: 0,
     })
     .map_err(|e| e.to_string())?;
     g.gpu.run_reference(&job, 0, &inputs.buffers)

@@ -252,7 +252,8 @@ impl GpuState {
     ) -> Vec<ExecResult> {
         let workers = executor.workers().max(1);
         let per_job = members.len().div_ceil(workers).clamp(1, MAX_JOB_MEMBERS);
-        let timeout_ms = self.options.timeout.as_millis() as u64;
+        let budget_ms = self.options.timeout.as_millis() as u64;
+        let run_ms = (self.options.run_timeout.as_millis() as u64).min(budget_ms);
         let mut out: Vec<Vec<ExecResult>> = Vec::new();
         let mut jobs = Vec::new();
         let mut slots = Vec::new(); // which chunk each job is
@@ -268,8 +269,9 @@ impl GpuState {
                 max_device_bytes: self.options.max_device_bytes,
                 bandwidth_gbps: self.options.bandwidth_gbps,
                 peak_tflops: self.options.peak_tflops,
-                deadline_ms: timeout_ms * chunk.len() as u64,
-                run_limit_ms: timeout_ms,
+                deadline_ms: ExecJob::deadline_for(chunk.len(), budget_ms),
+                run_limit_ms: run_ms,
+                member_budget_ms: budget_ms,
             });
             match built {
                 Ok(job) => {
