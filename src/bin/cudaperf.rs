@@ -216,9 +216,13 @@ enum Command {
         /// GPU workers per visible GPU (at least 1).
         #[arg(long, default_value_t = 1, value_parser = count)]
         workers_per_gpu: usize,
-        /// Time limit per implementation, seconds.
-        #[arg(long, default_value_t = 120.0, value_parser = seconds)]
+        /// Time budget of each implementation's job (all its runs), seconds.
+        #[arg(long, default_value_t = 300.0, value_parser = seconds)]
         timeout: f64,
+        /// Longest single run of an implementation, seconds (the dataset's slowest runs
+        /// take about 9 s on an H200).
+        #[arg(long, default_value_t = 30.0, value_parser = seconds)]
+        run_timeout: f64,
         #[command(flatten)]
         compile: CompileArgs,
     },
@@ -1047,7 +1051,7 @@ fn measure(
     out: PathBuf,
     only: Vec<String>,
     workers_per_gpu: usize,
-    timeout: f64,
+    (timeout, run_timeout): (f64, f64),
     compile: CompileArgs,
 ) -> Result<ExitCode, String> {
     use cudaperf::reward::Stage;
@@ -1061,6 +1065,7 @@ fn measure(
         exec: cudaperf::exec::ExecOptions {
             workers_per_gpu,
             timeout: std::time::Duration::from_secs_f64(timeout.max(1.0)),
+            run_timeout: std::time::Duration::from_secs_f64(run_timeout.max(1.0)),
             ..Default::default()
         },
         ..Default::default()
@@ -1274,8 +1279,16 @@ fn main() -> ExitCode {
             only,
             workers_per_gpu,
             timeout,
+            run_timeout,
             compile,
-        } => measure(tasks, out, only, workers_per_gpu, timeout, compile),
+        } => measure(
+            tasks,
+            out,
+            only,
+            workers_per_gpu,
+            (timeout, run_timeout),
+            compile,
+        ),
     };
     match result {
         Ok(code) => code,

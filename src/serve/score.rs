@@ -137,7 +137,7 @@ pub fn run_job(
                     return;
                 }
                 // Final already: the reward reads nothing a GPU would add.
-                let r = reward.score(&ctx, &subs[k]);
+                let r = reward.score_evaluated(&ctx, eval);
                 let item = result_of(task, &subs, k, r, job.report, needs, &asked, None);
                 partial.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(item);
             };
