@@ -548,3 +548,68 @@ fn the_reference_run_reads_the_inputs_it_was_given() {
         );
     }
 }
+
+/// The values of input `name` of `task`'s regime `regime` on the smallest config it applies
+/// to, as the CPU twin of the device generator gives them (as doubles).
+fn regime_values(task: &Task, regime: &str, name: &str) -> Vec<f64> {
+    let r = task
+        .regimes
+        .iter()
+        .find(|r| r.name == regime)
+        .unwrap_or_else(|| panic!("{}: no regime `{regime}`", task.id));
+    let cfg = cudaperf::originals::smallest_config_of(task, r).expect("a config");
+    let inputs = HostInputs::generate_with(task, cfg, Some(r), 7).expect("inputs");
+    let (i, b) = task
+        .buffers()
+        .enumerate()
+        .find(|(_, b)| b.name == name)
+        .expect("buffer");
+    let bytes = inputs.buffers[i].as_ref().expect("an input");
+    let n = bytes.len() / b.dtype.size_bytes() as usize;
+    (0..n)
+        .map(|k| cudaperf::originals::element_f64(b.dtype, bytes, k))
+        .collect()
+}
+
+/// Guards the dataset's input regimes (issue 19): each one contradicts the narrow
+/// assumption it names, on the inputs the device will generate (a regime whose
+/// distribution does not do what its `why` says would check nothing).
+#[test]
+fn regimes_contradict_the_assumptions_they_name() {
+    let ds = Dataset::load(common::fixture("tasks")).expect("dataset loads");
+    let task = |id: &str| ds.tasks.iter().find(|t| t.id == id).expect("task");
+    // CSR rows of varied length, empty ones included, the same total.
+    let spmv = task("spmv_csr");
+    let ptr = regime_values(spmv, "ragged_rows", "row_ptr");
+    let lens: Vec<f64> = ptr.windows(2).map(|w| w[1] - w[0]).collect();
+    let k = 7.0;
+    assert_eq!(ptr[0], 0.0);
+    assert_eq!(*ptr.last().unwrap(), k * lens.len() as f64);
+    assert!(lens.iter().all(|&l| (0.0..=2.0 * k).contains(&l)));
+    assert!(
+        lens.contains(&0.0) && lens.contains(&(2.0 * k)),
+        "empty and double rows"
+    );
+    // Runs of exactly 1024 equal values.
+    let a = regime_values(task("run_position_equal_neighbours"), "long_runs", "a");
+    assert!(a.iter().enumerate().all(|(i, &v)| v == (i / 1024) as f64));
+    // Collatz starts past 10^6, radix keys with the sign bit, mask bytes above 1, text
+    // bytes past 127, prefix sums that go down.
+    let x = regime_values(task("collatz_steps"), "full_range", "x");
+    assert!(x.iter().all(|&v| v >= 1.0) && x.iter().filter(|&&v| v > 1e9).count() > x.len() / 3);
+    let keys = regime_values(task("radix_digit_histograms"), "full_range", "keys");
+    assert!(keys.iter().filter(|&&v| v < 0.0).count() > keys.len() / 3);
+    let mask = regime_values(task("masked_fill_u8"), "mask_bytes", "mask");
+    assert!(mask.iter().any(|&m| m == 2.0) && mask.contains(&0.0));
+    let text = regime_values(task("vigenere_cipher"), "all_bytes", "text");
+    assert!(text.iter().any(|&c| c >= 128.0) && text.iter().any(|&c| c < 32.0));
+    let xs = regime_values(task("exclusive_scan_i32"), "signed_values", "x");
+    assert!(xs.iter().any(|&v| v == -31.0) && xs.iter().any(|&v| v == 31.0));
+    // Special values reach float inputs.
+    let m = regime_values(task("masked_fill_u8"), "special_values", "x");
+    assert!(m.iter().any(|v| v.is_nan()) && m.iter().any(|&v| v == f64::NEG_INFINITY));
+    assert!(m.iter().any(|&v| v == 0.0 && v.is_sign_negative()));
+    assert!(m
+        .iter()
+        .any(|&v| v != 0.0 && v.abs() < f64::from(f32::MIN_POSITIVE)));
+}
