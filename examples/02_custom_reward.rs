@@ -5,9 +5,14 @@
 //! ```
 //! `FewRegisters` reads the compile stage's ptxas report; `Gate` only pays it to programs
 //! that compile; `Weighted` adds the structural score. No GPU needed.
+//!
+//! `require` comes first in `value`: when the compile stage could not run here (no NVRTC,
+//! a compile worker that cannot start), there are no registers to read, and the reward is
+//! an error that says so, never a value computed from nothing. The last lines show it with a
+//! worker that does not exist.
 
 use cudaperf::reward::{
-    CompileReward, Context, EvalOptions, Evaluation, Evaluator, Gate, Reward, Stage,
+    require, CompileReward, Context, EvalOptions, Evaluation, Evaluator, Gate, Reward, Stage,
     StructuralReward, Submission, Weighted,
 };
 use cudaperf::task::Task;
@@ -23,6 +28,8 @@ impl Reward for FewRegisters {
         Stage::Compile
     }
     fn value(&self, _: &Context, e: &Evaluation) -> cudaperf::reward::Result<f64> {
+        // The compile stage could not run here: an error, not 0 registers.
+        require(self, e, Stage::Compile)?;
         let most = e
             .stages
             .compile
@@ -74,6 +81,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             scored.value,
             terms.join(", ")
         );
+    }
+
+    // A compile worker that cannot start: no number, the reason instead.
+    let mut broken = EvalOptions {
+        no_gpu: true,
+        ..Default::default()
+    };
+    broken.compile.worker = Some("/nonexistent/cudaperf".into());
+    let broken = Evaluator::new(broken)?;
+    match FewRegisters.score(&Context::new(&task, &broken), &group[0]) {
+        Ok(s) => return Err(format!("a made-up value {} without a compiler", s.value).into()),
+        Err(e) => println!("without a compile worker: {e}"),
     }
     Ok(())
 }

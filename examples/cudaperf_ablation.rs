@@ -216,6 +216,7 @@ fn run(args: Args) -> Result<(), String> {
                     grouping: TurnGrouping::PerTurn,
                     advantage: AdvantageOptions::with_estimator(estimator),
                     noise_aware: false,
+                    ..EpisodeOptions::default()
                 },
                 policy: common::policy::PolicyConfig {
                     lr: args.lr,

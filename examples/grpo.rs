@@ -140,6 +140,7 @@ fn run(args: Args) -> Result<(), String> {
             grouping: TurnGrouping::PerTurn,
             advantage: AdvantageOptions::with_estimator(estimator),
             noise_aware: args.noise_aware,
+            ..EpisodeOptions::default()
         },
         policy: common::policy::PolicyConfig {
             lr: args.lr,

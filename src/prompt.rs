@@ -67,6 +67,34 @@ impl Task {
             "\nOutputs must match the original within |got - want| <= {} + {} * |want| on every element.",
             self.tolerance.atol, self.tolerance.rtol
         );
+        if self
+            .buffers()
+            .any(|b| b.direction.is_input() && b.dtype.is_float())
+        {
+            let _ = writeln!(
+                p,
+                "Precision: {}; results that ignore what that precision keeps are judged incorrect.",
+                self.precision.describe()
+            );
+        }
+        if !self.regimes.is_empty() {
+            let _ = writeln!(
+                p,
+                "Besides the inputs described above, correctness is also checked on:"
+            );
+            for r in &self.regimes {
+                let _ = writeln!(
+                    p,
+                    "- {}{}",
+                    r.name.replace('_', " "),
+                    if r.why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", r.why)
+                    }
+                );
+            }
+        }
         let _ = write!(
             p,
             "\nAnswer with one ```cuda code block. Above the kernels, give the launch plan as comments, one line per launch, run in order on one stream:\n\

@@ -22,8 +22,8 @@ use cudaperf::exec::{
 };
 use cudaperf::reward::presets::{self, CudaPerfWeights, DhrclSchedule};
 use cudaperf::reward::{
-    CompileReward, CompileStatus, Context, EvalOptions, Evaluator, Reward, RewardError, Stage,
-    StructuralReward, Submission, Verdict,
+    CompileReward, CompileStatus, Context, EvalOptions, Evaluation, Evaluator, Reward, RewardError,
+    Stage, StructuralReward, Submission, Verdict,
 };
 use cudaperf::sandbox::WorkerSpec;
 use cudaperf::task::Task;
@@ -374,12 +374,33 @@ fn options(compile_worker: PathBuf, compile_timeout: Duration) -> EvalOptions {
     o
 }
 
+/// A submission and the evaluation of its one run through the pipeline. Each `evaluate` is
+/// an attempt of its own (an infrastructure failure is not remembered), so the checks read
+/// this run instead of waiting on the faults' limits again.
+struct Run {
+    sub: Submission,
+    eval: OnceLock<Evaluation>,
+}
+
+impl Run {
+    fn new(sub: Submission) -> Run {
+        Run {
+            sub,
+            eval: OnceLock::new(),
+        }
+    }
+
+    fn eval(&self) -> &Evaluation {
+        self.eval.get().expect("evaluated when the world was built")
+    }
+}
+
 /// One evaluator per (compile fault, candidate) and per (GPU fault, candidate), each run
-/// to the last stage once; rewards then read the remembered evaluations.
+/// to the last stage once; rewards then read those evaluations.
 struct World {
     task: Task,
-    compile: Vec<(CompileFault, Cand, Evaluator, Submission)>,
-    gpu: Vec<(GpuFault, Cand, Evaluator, Submission)>,
+    compile: Vec<(CompileFault, Cand, Evaluator, Run)>,
+    gpu: Vec<(GpuFault, Cand, Evaluator, Run)>,
     _dir: tempfile::TempDir,
 }
 
@@ -400,7 +421,7 @@ fn world() -> Option<&'static World> {
                     let worker = compile_worker(dir.path(), fault, &format!("{cand:?}"));
                     let e = Evaluator::new(options(worker, Duration::from_secs(3)))
                         .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
-                    compile.push((fault, cand, e, cand.submission()));
+                    compile.push((fault, cand, e, Run::new(cand.submission())));
                 }
             }
             let mut gpu = Vec::new();
@@ -425,12 +446,12 @@ fn world() -> Option<&'static World> {
                             }],
                         )),
                     };
-                    gpu.push((fault, cand, e, cand.submission()));
+                    gpu.push((fault, cand, e, Run::new(cand.submission())));
                 }
             }
             // Run every pipeline to its end, several at a time (the slow faults wait on
             // limits; at most a few real compilers run at once).
-            let jobs: Vec<(&Evaluator, &Submission)> = compile
+            let jobs: Vec<(&Evaluator, &Run)> = compile
                 .iter()
                 .map(|(_, _, e, s)| (e, s))
                 .chain(gpu.iter().map(|(_, _, e, s)| (e, s)))
@@ -440,8 +461,8 @@ fn world() -> Option<&'static World> {
                 for _ in 0..8 {
                     s.spawn(|| loop {
                         let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        let Some((e, sub)) = jobs.get(k) else { return };
-                        e.evaluate(&task, sub, Stage::Timing);
+                        let Some((e, run)) = jobs.get(k) else { return };
+                        let _ = run.eval.set(e.evaluate(&task, &run.sub, Stage::Timing));
                     });
                 }
             });
@@ -530,7 +551,7 @@ fn candidate_failures_are_scored() {
             .iter()
             .find(|(ff, cc, ..)| *ff == f && *cc == c)
             .unwrap();
-        cudaperf.score(&Context::new(&w.task, e), sub)
+        cudaperf.score_evaluated(&Context::new(&w.task, e), sub.eval())
     };
     // NVRTC's errors, a source that kills the compiler twice (while a fresh one compiles a
     // trivial kernel), a source that outlives the compile limit: −0.75.
@@ -559,7 +580,7 @@ fn candidate_failures_are_scored() {
         .iter()
         .find(|(f, c, ..)| *f == CompileFault::CrashOnce && *c == Cand::Good)
         .unwrap();
-    let eval = once.2.evaluate(&w.task, &once.3, Stage::Compile);
+    let eval = once.3.eval();
     assert!(
         eval.stages.compile.as_ref().unwrap().ok,
         "{:?}",
@@ -584,7 +605,7 @@ fn candidate_failures_are_scored() {
             .find(|(ff, c, ..)| *ff == f && *c == Cand::Good)
             .unwrap();
         let s = cudaperf
-            .score(&Context::new(&w.task, e), sub)
+            .score_evaluated(&Context::new(&w.task, e), sub.eval())
             .unwrap_or_else(|e| panic!("{f:?}: {e}"));
         assert!(
             s.value >= lo - 1e-9 && s.value <= hi + 1e-9 && s.report.verdict == verdict,
@@ -600,11 +621,11 @@ fn candidate_failures_are_scored() {
 #[test]
 fn compile_infrastructure_faults_are_unavailable_with_a_reason() {
     let Some(w) = world() else { return };
-    for (fault, cand, e, sub) in &w.compile {
+    for (fault, cand, _, sub) in &w.compile {
         if !fault.is_infrastructure() || *cand == Cand::NoCode {
             continue;
         }
-        let eval = e.evaluate(&w.task, sub, Stage::Compile);
+        let eval = sub.eval();
         let c = eval.stages.compile.as_ref().expect("compile stage");
         let reason = c.reason.clone().unwrap_or_default();
         assert_eq!(
@@ -663,7 +684,7 @@ proptest! {
                 let needs = r.needs(&ctx);
                 let gpu_pool = k >= w.compile.len();
                 let depends = if gpu_pool { needs >= Stage::Correctness } else { needs >= Stage::Compile };
-                let result = r.score(&ctx, sub);
+                let result = r.score_evaluated(&ctx, sub.eval());
                 if let Err(msg) = check(&format!("{label} {name}"), infra, reaches && depends, &result) {
                     return Err(TestCaseError::fail(msg));
                 }
@@ -711,7 +732,7 @@ fn sweep_of_every_fault_and_candidate() {
                     &format!("{label} {name}@{step}"),
                     infra,
                     reaches && depends,
-                    &r.score(&ctx, sub),
+                    &r.score_evaluated(&ctx, sub.eval()),
                 ) {
                     failures.push(m);
                 }

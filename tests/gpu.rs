@@ -163,11 +163,31 @@ struct TimingCase {
 }
 
 fn timing_manifest() -> (PathBuf, TimingManifest) {
-    let d = root().join("fixtures/hacks/timing");
-    let m: TimingManifest =
-        toml::from_str(&std::fs::read_to_string(d.join("manifest.toml")).expect("manifest"))
-            .expect("manifest toml");
-    (d, m)
+    attack_manifest("fixtures/hacks/timing", &["manifest.toml"])
+}
+
+/// The attacks of the task and verdict layers (issue 19): classes 9, 10 and 12 in
+/// manifest.toml, class 11 (narrow inputs) in narrow.toml.
+fn integrity_manifest() -> (PathBuf, TimingManifest) {
+    attack_manifest(
+        "fixtures/hacks/integrity",
+        &["manifest.toml", "narrow.toml"],
+    )
+}
+
+/// The cases of the manifests `files` (those that exist) in folder `dir`.
+fn attack_manifest(dir: &str, files: &[&str]) -> (PathBuf, TimingManifest) {
+    let d = root().join(dir);
+    let mut all = TimingManifest { case: Vec::new() };
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(d.join(f)) else {
+            continue;
+        };
+        let m: TimingManifest = toml::from_str(&text).expect("manifest toml");
+        all.case.extend(m.case);
+    }
+    assert!(!all.case.is_empty(), "no cases in {dir}");
+    (d, all)
 }
 
 /// Checks one attack's evaluation against its manifest entry; prints a table row.
@@ -248,6 +268,18 @@ fn attack_header() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn timing_attacks_are_stopped() {
+    attacks_are_stopped(timing_manifest());
+}
+
+/// Issue 19: attacks on what a job keeps between runs, on the tasks' tolerances and input
+/// distributions and on the output poison, each stopped by protocol 3. Each is its own job.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn integrity_attacks_are_stopped() {
+    attacks_are_stopped(integrity_manifest());
+}
+
+fn attacks_are_stopped((d, m): (PathBuf, TimingManifest)) {
     let e = evaluator_with(ExecOptions {
         timeout: Duration::from_secs(120),
         workers_per_gpu: 1,
@@ -256,7 +288,6 @@ fn timing_attacks_are_stopped() {
     if !gpu_or_skip(&e) {
         return;
     }
-    let (d, m) = timing_manifest();
     let mut failures = Vec::new();
     attack_header();
     for c in &m.case {
@@ -274,6 +305,18 @@ fn timing_attacks_are_stopped() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn timing_attacks_are_stopped_in_group_jobs() {
+    attacks_are_stopped_in_group_jobs(timing_manifest());
+}
+
+/// Issue 19: the integrity attacks as members of group jobs beside the honest
+/// implementations of their tasks.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn integrity_attacks_are_stopped_in_group_jobs() {
+    attacks_are_stopped_in_group_jobs(integrity_manifest());
+}
+
+fn attacks_are_stopped_in_group_jobs((d, m): (PathBuf, TimingManifest)) {
     let e = evaluator_with(ExecOptions {
         timeout: Duration::from_secs(120),
         workers_per_gpu: 1,
@@ -282,10 +325,10 @@ fn timing_attacks_are_stopped_in_group_jobs() {
     if !gpu_or_skip(&e) {
         return;
     }
-    let (d, m) = timing_manifest();
     let mut failures = Vec::new();
     attack_header();
     let mut ids: Vec<&str> = m.case.iter().map(|c| c.task.as_str()).collect();
+    ids.sort_unstable();
     ids.dedup();
     for id in ids {
         let t = task(id);
@@ -336,6 +379,74 @@ fn timing_attacks_are_stopped_in_group_jobs() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Issue 19, verdicts by cause: a kernel that hangs is a `timeout` alone and in a group job,
+/// and so is a member whose runs are each under the per-run limit but together exhaust its
+/// budget; the honest members of the same group job keep their own verdicts (never
+/// `unavailable`: the job's deadline is not theirs to share).
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn timeouts_are_the_candidates_alone_and_in_group_jobs() {
+    let e = evaluator_with(ExecOptions {
+        timeout: Duration::from_secs(7),
+        run_timeout: Duration::from_secs(4),
+        workers_per_gpu: 1,
+        ..Default::default()
+    });
+    if !gpu_or_skip(&e) {
+        return;
+    }
+    let t = task("vector_add");
+    let read = |rel: &str| Submission::from_source(common_read(rel));
+    let hang = read("fixtures/hostile/infinite_loop.cu");
+    let slow = read("fixtures/hostile/slow_each_run.cu");
+    let honest = read("fixtures/tasks/vector_add/vectorized_float4.cu");
+    let started = std::time::Instant::now();
+    let alone = e.evaluate(&t, &hang, Stage::Timing);
+    println!(
+        "hang alone: {} in {:.1} s",
+        alone.verdict(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        alone.verdict(),
+        Verdict::Timeout,
+        "{:?}",
+        alone.stages.execute
+    );
+    let group = [hang.clone(), slow.clone(), honest.clone(), honest.clone()];
+    let started = std::time::Instant::now();
+    let evals = e.evaluate_batch(&t, &group, Stage::Timing);
+    let verdicts: Vec<Verdict> = evals.iter().map(|ev| ev.verdict()).collect();
+    println!(
+        "group [hang, slow, honest, honest]: {verdicts:?} in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Timeout,
+            Verdict::Timeout,
+            Verdict::Correct,
+            Verdict::Correct
+        ],
+        "{:#?}",
+        evals
+            .iter()
+            .map(|ev| &ev.stages.execute)
+            .collect::<Vec<_>>()
+    );
+    let members = evals[0]
+        .stages
+        .execute
+        .as_ref()
+        .map_or(0, |x| x.job_members);
+    assert!(members > 1, "the group ran as one job ({members} members)");
+}
+
+fn common_read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
 /// Issue 9, isolation: a candidate kernel that knows the exact address of the reference's

@@ -222,3 +222,106 @@ fn redis_restart_is_reported_and_recovered() {
     );
     drop(redis2);
 }
+
+/// Regression (issue 20): a node started without `--tasks` took every job that named a
+/// task by id and answered it `unavailable`. It now refuses to start (unless
+/// `--inline-only`), and says why.
+#[test]
+fn a_node_without_tasks_refuses_to_start() {
+    let redis = Redis::start(None);
+    let mut cmd = std::process::Command::new(cudaperf_bin());
+    cmd.current_dir(manifest_dir())
+        .env("CUDAPERF_WORKER", cudaperf_bin())
+        .args([
+            "node",
+            "--queue",
+            &redis.url(),
+            "--no-gpu",
+            "--name",
+            "bare",
+        ]);
+    let mut node = Proc::spawn("node bare", cmd);
+    let status = node
+        .wait_exit(Duration::from_secs(30))
+        .expect("a node without --tasks kept running");
+    assert!(!status.success());
+    let said = node.wait_for_line(Duration::from_secs(5), |l| l.contains("--tasks"));
+    assert!(
+        said.is_some_and(|l| l.contains("--inline-only")),
+        "{}",
+        node.output()
+    );
+    // Nothing was consumed: the consumer group has no consumer named after it.
+    let mut c = redis.conn();
+    let groups: redis::RedisResult<redis::streams::StreamInfoGroupsReply> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg("cudaperf:jobs")
+        .query(&mut c);
+    assert!(groups.is_err() || groups.unwrap().groups.iter().all(|g| g.consumers == 0));
+    // With --inline-only it starts.
+    let _inline = start_node_inline(&redis.url());
+}
+
+fn start_node_inline(queue: &str) -> Proc {
+    let mut cmd = std::process::Command::new(cudaperf_bin());
+    cmd.current_dir(manifest_dir())
+        .env("CUDAPERF_WORKER", cudaperf_bin())
+        .args([
+            "node",
+            "--queue",
+            queue,
+            "--no-gpu",
+            "--inline-only",
+            "--name",
+            "inline",
+        ]);
+    let p = Proc::spawn("node inline", cmd);
+    let line = p.first_stdout_line(Duration::from_secs(60));
+    assert!(line.contains("consuming"), "{line}");
+    p
+}
+
+/// Regression (issue 20): in queue mode SIGTERM waited for requests in flight up to their
+/// deadline (10 min by default) when no node answered; it now ends within
+/// `--shutdown-grace`.
+#[test]
+fn queue_mode_shutdown_is_bounded() {
+    let redis = Redis::start(None);
+    let (mut serve, url) = start_serve(&["--queue", &redis.url(), "--shutdown-grace", "1"]);
+    // No node: the job waits on the stream.
+    let score = format!("{url}/v1/score");
+    let inflight = std::thread::spawn(move || {
+        agent(Duration::from_secs(120))
+            .post(&score)
+            .header("content-type", "application/json")
+            .send(
+                json!({"task": "vector_add", "completions": ["x"]})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .map(|r| r.status().as_u16())
+    });
+    let a = agent(Duration::from_secs(10));
+    let end = Instant::now() + Duration::from_secs(30);
+    while metric_sum(
+        &get(&a, &format!("{url}/metrics")).body,
+        "cudaperf_queue_depth",
+    ) < 1.0
+    {
+        assert!(Instant::now() < end, "the job was never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t = Instant::now();
+    serve.signal(libc::SIGTERM);
+    let status = serve
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("serve --queue did not exit:\n{}", serve.output()));
+    assert!(status.success(), "{status:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        t.elapsed()
+    );
+    // The client was cut off, not answered with a made-up result.
+    assert!(inflight.join().unwrap().is_err());
+}

@@ -556,3 +556,343 @@ fn cli_unknown_preset() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------- infrastructure failures
+
+/// Makes `path` an executable link to `target` (a worker that was missing is installed).
+#[cfg(unix)]
+fn install_worker(target: &std::path::Path, path: &std::path::Path) {
+    std::os::unix::fs::symlink(target, path).expect("install the worker");
+}
+
+/// A completion submitted while the compile worker could not start is unavailable; once the
+/// worker is there, the *same* completion scores (the memo did not keep the failure), alone
+/// and in a group, and what the candidate earned is then remembered. Guards issue 20 (a
+/// passing infrastructure failure stuck in the memo until a restart).
+#[cfg(unix)]
+#[test]
+fn a_compile_worker_that_fails_then_works_rescores_the_same_completion() {
+    use cudaperf::compile::CompileOptions;
+    use cudaperf::reward::{CompileReward, RewardError, Verdict};
+    require_nvrtc!();
+    let dir = tempfile::tempdir().unwrap();
+    let worker = dir.path().join("compile-worker"); // not there yet
+    let evaluator = Evaluator::new(EvalOptions {
+        no_gpu: true,
+        compile: CompileOptions {
+            isolation: Isolation::Sandboxed,
+            worker: Some(worker.clone()),
+            workers: 1,
+            ..CompileOptions::default()
+        },
+        ..EvalOptions::default()
+    })
+    .expect("an explicit worker path is accepted before it exists");
+    let task = common::vector_add();
+    let ctx = Context::new(&task, &evaluator);
+    let reference = common::read_fixture("tasks/vector_add/reference.cu");
+    let sub = Submission::from_source(reference.clone());
+    let group: Vec<Submission> = (0..2)
+        .map(|k| Submission::from_source(format!("{reference}\n// member {k}\n")))
+        .collect();
+    let unavailable = |r: &Result<cudaperf::reward::Scored>| match r {
+        Err(RewardError::Unavailable {
+            stage,
+            reason,
+            report,
+            ..
+        }) => {
+            assert_eq!(*stage, Stage::Compile);
+            assert!(reason.contains("cannot start worker"), "{reason}");
+            assert_eq!(report.verdict, Verdict::Unavailable);
+            assert!(report.value.is_nan());
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    };
+
+    unavailable(&CompileReward.score(&ctx, &sub));
+    CompileReward
+        .score_batch(&ctx, &group)
+        .iter()
+        .for_each(unavailable);
+    // Asked again while still broken: still unavailable (an attempt each time, no number).
+    unavailable(&CompileReward.score(&ctx, &sub));
+
+    install_worker(&common::cudaperf_bin(), &worker);
+    let s = CompileReward
+        .score(&ctx, &sub)
+        .expect("scored once the worker works");
+    assert_eq!((s.value, s.report.verdict), (1.0, Verdict::Compiled));
+    for r in CompileReward.score_batch(&ctx, &group) {
+        let s = r.expect("the group scores once the worker works");
+        assert_eq!((s.value, s.report.verdict), (1.0, Verdict::Compiled));
+    }
+
+    // What the candidate earned is remembered: the same stage again, not even a compile
+    // cache hit (`cached` would be true).
+    let again = CompileReward.score(&ctx, &sub).expect("remembered");
+    assert_eq!(again.report.stages.compile, s.report.stages.compile);
+    assert!(!again.report.stages.compile.as_ref().unwrap().cached);
+}
+
+/// The same for the GPU stages: a GPU worker that cannot start makes the unified reward
+/// unavailable; once it starts (here the fake worker answering "correct, 2× faster"), the
+/// same completion and group score. Guards issue 20.
+#[cfg(unix)]
+#[test]
+fn a_gpu_worker_that_fails_then_works_rescores_the_same_completion() {
+    use cudaperf::exec::{ExecResult, Executor};
+    use cudaperf::reward::{RewardError, Verdict};
+    use cudaperf::sandbox::WorkerSpec;
+    use cudaperf::worker::{Role, WORKER_ARG};
+    require_nvrtc!();
+    let python_ok = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python_ok {
+        eprintln!("SKIPPED: python3 not found (the fake GPU worker is a Python script)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let worker = dir.path().join("gpu-worker"); // not there yet
+    let reply = ExecResult {
+        correctness: Some(CorrectnessStage {
+            passed: true,
+            pass_rate: 1.0,
+            configs: Vec::new(),
+            seed: 1,
+            protocol: 3,
+            precision: String::new(),
+        }),
+        timing: Some(timing(2.0, false)),
+        ..ExecResult::status_only(ExecStatus::Ok)
+    };
+    let mut o = EvalOptions::default();
+    o.compile.worker = Some(common::cudaperf_bin());
+    o.exec.timeout = Duration::from_secs(5);
+    let evaluator = Evaluator::new(o.clone())
+        .unwrap()
+        .with_executor(Executor::with_workers(
+            o.exec.clone(),
+            vec!["0".into()],
+            vec![WorkerSpec {
+                program: worker.clone(),
+                args: vec![WORKER_ARG.into(), Role::Gpu.as_str().into()],
+                env: vec![
+                    ("FAKE_MODE".into(), "reply".into()),
+                    ("FAKE_REPLY".into(), serde_json::to_string(&reply).unwrap()),
+                ],
+                memory_limit_bytes: None,
+                role: Role::Gpu.as_str().into(),
+            }],
+        ));
+    let task = common::vector_add();
+    let ctx = Context::new(&task, &evaluator);
+    let reference = common::read_fixture("tasks/vector_add/reference.cu");
+    let sub = Submission::from_source(reference.clone());
+    let group: Vec<Submission> = (0..2)
+        .map(|k| Submission::from_source(format!("{reference}\n// member {k}\n")))
+        .collect();
+    let reward = presets::cudaperf();
+    let unavailable = |r: &Result<cudaperf::reward::Scored>| match r {
+        Err(RewardError::Unavailable {
+            stage,
+            reason,
+            report,
+            ..
+        }) => {
+            assert_eq!(*stage, Stage::Correctness);
+            assert!(reason.contains("cannot start worker"), "{reason}");
+            assert_eq!(report.verdict, Verdict::Unavailable);
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    };
+    unavailable(&reward.score(&ctx, &sub));
+    reward
+        .score_batch(&ctx, &group)
+        .iter()
+        .for_each(unavailable);
+
+    install_worker(
+        &common::manifest_dir().join("tests/support/fake_worker.py"),
+        &worker,
+    );
+    let correct = |r: Result<cudaperf::reward::Scored>| {
+        let s = r.expect("scored once the GPU worker works");
+        assert_eq!(s.report.verdict, Verdict::Correct);
+        // 1 + 0.3 · log2(2) + the structure and ranker terms (at most 0.2 together).
+        assert!(
+            s.value >= 1.3 - 0.2 - 1e-9 && s.value <= 1.3 + 0.2 + 1e-9,
+            "{}",
+            s.value
+        );
+        assert_eq!(
+            s.report.stages.timing.as_ref().map(|t| t.speedup),
+            Some(2.0)
+        );
+    };
+    correct(reward.score(&ctx, &sub));
+    reward
+        .score_batch(&ctx, &group)
+        .into_iter()
+        .for_each(correct);
+}
+
+// ---------------------------------------------------------------- require (custom rewards)
+
+/// A custom reward that reads the pass rate; without `require` it would read 0 where the
+/// GPU could not run.
+struct MyPassRate;
+
+impl Reward for MyPassRate {
+    fn name(&self) -> String {
+        "my_pass_rate".into()
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Correctness
+    }
+    fn value(&self, _: &Context, e: &Evaluation) -> Result<f64> {
+        cudaperf::reward::require(self, e, Stage::Correctness)?;
+        Ok(e.stages.correctness.as_ref().map_or(0.0, |c| c.pass_rate))
+    }
+}
+
+/// Evaluations whose stages are missing for our reasons, with the stage that is missing.
+fn our_failures() -> Vec<(&'static str, Evaluation, Stage)> {
+    let correct = || {
+        evaluation(Outcome::Correct {
+            speedup: 2.0,
+            implausible: false,
+        })
+    };
+    let mut no_compiler = correct();
+    no_compiler.stages.compile = Some(CompileStage {
+        reason: Some("cannot start worker `/nowhere/cudaperf`".into()),
+        ..compile_stage(CompileStatus::Unavailable)
+    });
+    no_compiler.module = None;
+    no_compiler.stages.execute = None;
+    no_compiler.stages.correctness = None;
+    no_compiler.stages.timing = None;
+    let mut no_gpu = correct();
+    no_gpu.stages.execute = Some(execute(ExecStatus::Unavailable {
+        reason: "worker `/nowhere/gpu` did not greet".into(),
+    }));
+    no_gpu.stages.correctness = None;
+    no_gpu.stages.timing = None;
+    let mut broken_reference = no_gpu.clone();
+    broken_reference.stages.execute = Some(execute(ExecStatus::ReferenceFailed {
+        reason: "reference faulted".into(),
+    }));
+    let mut untimed = correct();
+    untimed.stages.timing = None;
+    vec![
+        ("no compiler", no_compiler, Stage::Compile),
+        ("no GPU", no_gpu, Stage::Correctness),
+        ("broken reference", broken_reference, Stage::Correctness),
+        ("correct but untimed", untimed, Stage::Timing),
+    ]
+}
+
+/// `require` turns every stage missing for our reasons into `Unavailable` naming that stage
+/// (and `reference_failed` for a broken task), for the stage itself and every stage built
+/// on it, and not for stages that do not read it; the candidate's own failures before a
+/// stage are scored, not refused. Every built-in stage reward and preset, and a custom one
+/// that calls it, refuses the same evaluations. Guards issue 20 (the documented custom
+/// reward returned 0 with a worker that could not start).
+#[test]
+fn require_refuses_stages_missing_for_our_reasons() {
+    use cudaperf::reward::{
+        require, CompileReward, CorrectReward, OutcomeLadder, PassRateReward, RewardError,
+        SpeedupReward, StructuralReward, Verdict,
+    };
+    let c = ctx(0);
+    for (label, eval, missing) in our_failures() {
+        for stage in [
+            Stage::Syntax,
+            Stage::Compile,
+            Stage::Structure,
+            Stage::Ranker,
+            Stage::Correctness,
+            Stage::Timing,
+        ] {
+            // Structure reads the compile stage; the ranker reads neither it nor the GPU.
+            let reads = match missing {
+                Stage::Compile => stage >= Stage::Compile && stage != Stage::Ranker,
+                other => stage >= other,
+            };
+            match (reads, require(&MyPassRate, &eval, stage)) {
+                (false, Ok(())) => {}
+                (
+                    true,
+                    Err(RewardError::Unavailable {
+                        stage: s,
+                        report,
+                        reason,
+                        ..
+                    }),
+                ) => {
+                    assert_eq!(s, missing, "{label} @ {stage:?}");
+                    assert!(!reason.is_empty(), "{label}");
+                    let want = if label == "broken reference" {
+                        Verdict::ReferenceFailed
+                    } else {
+                        Verdict::Unavailable
+                    };
+                    assert_eq!(report.verdict, want, "{label} @ {stage:?}");
+                    assert!(report.value.is_nan());
+                }
+                (reads, got) => panic!("{label} @ {stage:?}: reads {reads}, got {got:?}"),
+            }
+        }
+        let rewards: Vec<Box<dyn Reward>> = vec![
+            Box::new(CompileReward),
+            Box::new(StructuralReward),
+            Box::new(CorrectReward),
+            Box::new(PassRateReward),
+            Box::new(SpeedupReward::log2()),
+            Box::new(OutcomeLadder::default()),
+            Box::new(presets::cudaperf()),
+            Box::new(presets::kevin()),
+            Box::new(presets::kernelbench_fast_p(1.0)),
+            Box::new(MyPassRate),
+        ];
+        for r in rewards {
+            let reads = r.needs(&c) >= missing;
+            let got = r.score_evaluated(&c, &eval);
+            assert_eq!(got.is_err(), reads, "{label}: {} gave {got:?}", r.name());
+        }
+    }
+    // An unreadable ranker model: the ranker is unavailable, nothing else is.
+    let mut no_model = evaluation(Outcome::Correct {
+        speedup: 2.0,
+        implausible: false,
+    });
+    no_model.stages.ranker = Some(cudaperf::reward::RankerStage {
+        candidate_score: f64::NAN,
+        reference_score: f64::NAN,
+        prob_faster: f64::NAN,
+        model: "/nowhere/model".into(),
+        error: Some("cannot read /nowhere/model/config.json".into()),
+    });
+    let err = require(&MyPassRate, &no_model, Stage::Ranker).unwrap_err();
+    assert!(err.to_string().contains("`Ranker` is unavailable"), "{err}");
+    assert!(require(&MyPassRate, &no_model, Stage::Timing).is_ok());
+    assert!(cudaperf::reward::RankerReward
+        .score_evaluated(&c, &no_model)
+        .is_err());
+    // The candidate's own failures are read, never refused.
+    for o in [
+        Outcome::NotExtracted { syntax_errors: 1 },
+        Outcome::CompileError { syntax_errors: 0 },
+        Outcome::CompileTimeout,
+        Outcome::RuntimeFault,
+        Outcome::ExecTimeout,
+        Outcome::Incorrect { pass_rate: 0.5 },
+    ] {
+        let e = evaluation(o);
+        assert!(require(&MyPassRate, &e, Stage::Timing).is_ok(), "{o:?}");
+        assert!(presets::cudaperf().score_evaluated(&c, &e).is_ok(), "{o:?}");
+    }
+}

@@ -315,3 +315,210 @@ fn sigterm_finishes_accepted_requests() {
     let addr = url.trim_start_matches("http://");
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
+
+/// Reads from `s` until the peer closes it or `limit` passes; returns what came and when
+/// the connection ended (None: still open at `limit`).
+fn read_until_closed(s: &mut std::net::TcpStream, limit: Duration) -> (String, Option<Duration>) {
+    use std::io::Read;
+    let t = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while t.elapsed() < limit {
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return (String::from_utf8_lossy(&got).into(), Some(t.elapsed())),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return (String::from_utf8_lossy(&got).into(), Some(t.elapsed())),
+        }
+    }
+    (String::from_utf8_lossy(&got).into(), None)
+}
+
+fn connect(url: &str) -> std::net::TcpStream {
+    std::net::TcpStream::connect(url.trim_start_matches("http://")).unwrap()
+}
+
+/// Regression (issue 20): a client that sends half a request head, half a body, or keeps
+/// an idle connection open lost nothing and held its connection for minutes. Each now
+/// loses it after `--read-timeout`; a body too slow gets a 408 that says why.
+#[test]
+fn slow_and_idle_clients_lose_their_connection() {
+    use std::io::Write;
+    let (_serve, url) = start_serve(&["--read-timeout", "1"]);
+    let bound = Duration::from_secs(5);
+    // Half a request head.
+    let mut s = connect(&url);
+    s.write_all(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Le")
+        .unwrap();
+    let (_, closed) = read_until_closed(&mut s, bound);
+    let closed = closed.expect("half a head kept its connection");
+    assert!(closed >= Duration::from_millis(900), "{closed:?}");
+    // Headers, then a body that never comes: 408 with the reason, then closed.
+    let mut s = connect(&url);
+    s.write_all(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"task\"")
+        .unwrap();
+    let (got, closed) = read_until_closed(&mut s, bound);
+    assert!(closed.is_some(), "half a body kept its connection: {got}");
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("read timeout of 1 s"), "{got}");
+    // A kept-alive connection: answered, then closed once idle for the timeout.
+    let mut s = connect(&url);
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let (got, closed) = read_until_closed(&mut s, bound);
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(got.contains("\"max_body_bytes\""), "{got}");
+    assert!(closed.is_some(), "an idle connection stayed open");
+    // The server still serves.
+    let a = agent(Duration::from_secs(10));
+    assert_eq!(get(&a, &format!("{url}/healthz")).status, 200);
+    let m = get(&a, &format!("{url}/metrics")).body;
+    assert_eq!(
+        metric_sum(&m, "cudaperf_rejected_total"),
+        1.0,
+        "one body timeout: {m}"
+    );
+}
+
+/// Regression (issue 20): SIGTERM with stuck clients (half a head, half a body, a kept-alive
+/// idle connection) waited on them; now the server exits within `--shutdown-grace` even
+/// with a read timeout far longer than that.
+#[test]
+fn shutdown_ends_within_the_grace_despite_stuck_clients() {
+    use std::io::Write;
+    let (mut serve, url) = start_serve(&["--read-timeout", "120", "--shutdown-grace", "1"]);
+    let mut stuck = Vec::new();
+    for head in [
+        &b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Le"[..],
+        &b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"[..],
+    ] {
+        let mut s = connect(&url);
+        s.write_all(head).unwrap();
+        stuck.push(s);
+    }
+    let mut idle = connect(&url);
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    serve.signal(libc::SIGTERM);
+    let status = serve
+        .wait_exit(Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("serve did not exit:\n{}", serve.output()));
+    let took = t.elapsed();
+    assert!(status.success(), "{status:?}\n{}", serve.output());
+    assert!(took < Duration::from_secs(5), "exit took {took:?}");
+    drop(stuck);
+}
+
+/// Regression (issue 20): a second SIGTERM forces the exit while a request is still being
+/// scored (a template that takes NVRTC long to compile) and the grace is long.
+#[test]
+fn a_second_signal_forces_exit() {
+    if !nvrtc() {
+        return;
+    }
+    let (mut serve, url) = start_serve(&["--shutdown-grace", "300", "--compile-timeout", "60"]);
+    let bomb =
+        std::fs::read_to_string(manifest_dir().join("fixtures/bad/slow_compile.cu")).unwrap();
+    let score = format!("{url}/v1/score");
+    let inflight = std::thread::spawn(move || {
+        let a = agent(Duration::from_secs(120));
+        agent_post_ignoring_errors(
+            &a,
+            &score,
+            &json!({"task": "vector_add", "completions": [fenced(&bomb)]}),
+        )
+    });
+    let a = agent(Duration::from_secs(10));
+    let end = Instant::now() + Duration::from_secs(30);
+    while metric_sum(
+        &get(&a, &format!("{url}/metrics")).body,
+        "cudaperf_queue_depth",
+    ) < 1.0
+    {
+        assert!(Instant::now() < end, "the request was never accepted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    serve.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "exited before the request was done: {}",
+        serve.output()
+    );
+    let t = Instant::now();
+    serve.signal(libc::SIGTERM);
+    let status = serve.wait_exit(Duration::from_secs(10)).unwrap_or_else(|| {
+        panic!(
+            "a second signal did not force the exit:\n{}",
+            serve.output()
+        )
+    });
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(status.code(), Some(130), "{}", serve.output());
+    let _ = inflight.join();
+}
+
+/// POSTs and returns the status, or 0 when the connection was closed without an answer.
+fn agent_post_ignoring_errors(a: &ureq::Agent, url: &str, body: &serde_json::Value) -> u16 {
+    a.post(url)
+        .header("content-type", "application/json")
+        .send(body.to_string().as_bytes())
+        .map_or(0, |r| r.status().as_u16())
+}
+
+/// Regression (issue 20): results named the combinator behind a preset (`staged` for
+/// `dhrcl`), and an unavailable `cudaperf` result named its part `outcome`; logs sent to a
+/// pipe carried ANSI colour codes; `cudaperf_queue_up` read 0 in local mode.
+#[test]
+fn results_name_the_reward_asked_and_logs_are_plain() {
+    if !nvrtc() {
+        return;
+    }
+    let (mut serve, url) = start_serve(&[]);
+    let a = agent(Duration::from_secs(120));
+    let score = format!("{url}/v1/score");
+    let good = fresh_vector_add(&format!("names {:?}", Instant::now()));
+    let r = post_json(
+        &a,
+        &score,
+        &json!({"task": "vector_add", "completions": [good.clone()], "reward": "dhrcl", "step": 0}),
+    )
+    .json();
+    assert_eq!(r["reward"], "dhrcl", "{r}");
+    assert_eq!(r["results"][0]["report"]["reward"], "dhrcl", "{r}");
+    let r = post_json(
+        &a,
+        &score,
+        &json!({"task": "vector_add", "completions": [good], "reward": "cudaperf"}),
+    )
+    .json();
+    assert_eq!(r["reward"], "cudaperf");
+    let item = &r["results"][0];
+    assert_eq!(item["verdict"], "unavailable", "{item}");
+    let reason = item["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("cudaperf: stage `Correctness` is unavailable"),
+        "{reason}"
+    );
+    assert_eq!(item["report"]["reward"], "cudaperf", "{item}");
+    let m = get(&a, &format!("{url}/metrics")).body;
+    assert_eq!(metric_sum(&m, "cudaperf_queue_up"), 1.0, "{m}");
+    // The shutdown logs a line at INFO.
+    serve.signal(libc::SIGTERM);
+    assert!(serve.wait_exit(Duration::from_secs(30)).is_some());
+    let logged = serve.wait_for_line(Duration::from_secs(5), |l| l.contains("INFO"));
+    let logs = serve.output();
+    assert!(logged.is_some(), "no log lines to check:\n{logs}");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "ANSI codes in piped logs:\n{logs}"
+    );
+}

@@ -121,7 +121,7 @@ def test_completion_text_handles_conversations():
 
 
 def test_trl_reward_function(client, vector_add):
-    fn = trl_reward(client, reward="cudaperf")
+    fn = trl_reward(client, reward="cudaperf", on_unavailable=-1.5, retry_for_s=0)
     prompts = ["p1", "p2", "p3", "p4"]
     completions = [
         [{"role": "assistant", "content": BROKEN}],
@@ -134,11 +134,12 @@ def test_trl_reward_function(client, vector_add):
     assert len(values) == 4
     assert values[0] == pytest.approx(-0.75)  # vector_add: compile error
     assert values[1] <= -0.9  # saxpy: no code block
-    assert values[2] is None  # compiles; no GPU: left out, not made up
+    assert values[2] == -1.5  # compiles; no GPU: the explicit fallback, below every outcome
     assert values[3] <= -0.9  # the vector_add kernel does not fit saxpy's ABI
     strict = trl_reward(client, on_unavailable="raise")
-    with pytest.raises(CudaperfUnavailable):
+    with pytest.raises(CudaperfUnavailable) as e:
         strict(["p"], [fenced(vector_add["reference"])], task_id=["vector_add"])
+    assert e.value.results[0]["verdict"] == "unavailable"
     with pytest.raises(KeyError):
         fn(["p"], ["x"])
 
@@ -157,7 +158,7 @@ def test_verl_compute_score(server_url, vector_add, monkeypatch):
     r = compute_score("cudaperf", BROKEN, "vector_add")
     assert r["score"] == pytest.approx(-0.75) and r["verdict"] == "compile_error"
     with pytest.raises(CudaperfUnavailable):
-        compute_score("cudaperf", fenced(vector_add["reference"]), "vector_add")
+        compute_score("cudaperf", fenced(vector_add["reference"]), "vector_add", on_unavailable="raise")
     r = compute_score("cudaperf", fenced(vector_add["reference"]), "vector_add", extra_info={"reward": "dhrcl", "step": 0})
     assert r["score"] == pytest.approx(1.0)
     batch = compute_score_batch(["a", "b"], [BROKEN, NO_CODE], ["vector_add", "vector_add"], [None, None])

@@ -308,6 +308,14 @@ struct ServeArgs {
     queue: Option<String>,
     #[command(flatten)]
     queue_args: QueueArgs,
+    /// Seconds a client may take to send a request's head or body, and a kept-alive
+    /// connection may wait for its next request.
+    #[arg(long, default_value_t = 30.0)]
+    read_timeout: f64,
+    /// Seconds requests in flight may take to finish after SIGTERM (a second signal exits
+    /// at once).
+    #[arg(long, default_value_t = 30.0)]
+    shutdown_grace: f64,
     /// Skip the GPU stages even when a GPU is present.
     #[arg(long)]
     no_gpu: bool,
@@ -326,9 +334,13 @@ struct NodeArgs {
     /// Consumer name (default: <hostname>-<pid>).
     #[arg(long)]
     name: Option<String>,
-    /// Tasks folder for jobs that name a task by id (the server's).
+    /// Tasks folder for jobs that name a task by id (the server's); required unless
+    /// --inline-only.
     #[arg(long)]
     tasks: Option<PathBuf>,
+    /// Start without --tasks: every job carries an inline task.
+    #[arg(long)]
+    inline_only: bool,
     /// Jobs scored at once.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
@@ -365,6 +377,8 @@ fn serve(a: ServeArgs) -> Result<ExitCode, String> {
             Some(url) => Some(a.queue_args.config(url)?),
             None => None,
         },
+        read_timeout: secs("read-timeout", a.read_timeout)?,
+        shutdown_grace: secs("shutdown-grace", a.shutdown_grace)?,
     };
     cudaperf::serve::run_server(config).map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
@@ -376,6 +390,7 @@ fn node(a: NodeArgs) -> Result<ExitCode, String> {
         queue: a.queue_args.config(&a.queue)?,
         name: a.name,
         tasks_dir: a.tasks,
+        inline_only: a.inline_only,
         eval: eval_options(&a.compile, a.no_gpu)?,
         concurrency: a.concurrency.max(1),
     };
@@ -1197,8 +1212,10 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    // Colour codes only on a terminal: logs sent to a file or a pipe stay plain text.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("CUDAPERF_LOG"))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {

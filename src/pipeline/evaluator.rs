@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use crate::analysis::{AnalysisError, DeviceSpec, Features, SourceTree, DEVICES};
 use crate::candidate::{Candidate, PlanLimits};
 use crate::compile::{CompileOptions, CompiledModule, Compiler};
-use crate::exec::{ExecOptions, Executor};
+use crate::exec::{ExecOptions, ExecStatus, Executor};
 use crate::ranker::TrainedRanker;
 use crate::task::Task;
 
@@ -113,10 +113,143 @@ impl Evaluation {
     pub fn tree(&self) -> Option<&SourceTree> {
         self.tree.as_deref()
     }
+
+    /// Why `stage`, or a stage it is built from, has no result the candidate earned: it could
+    /// not run here (no NVRTC, no usable worker, no GPU, an unreadable ranker model, a broken
+    /// reference) or did not run. `None` when the stage can be read: it ran, or the
+    /// candidate's own failure before it (no code, a compile error, a fault) makes it moot.
+    ///
+    /// What each stage is built from: `compile` and `structure` (registers and spills) need
+    /// the compile stage; `ranker` needs only itself; `correctness` needs the compile stage
+    /// and the GPU; `timing` needs `correctness` and, for a correct candidate, a measurement.
+    /// A reward turns the answer into its error with [`crate::reward::require`].
+    pub fn unavailable(&self, stage: Stage) -> Option<StageUnavailable> {
+        let missing = |stage: Stage, reason: String| Some(StageUnavailable { stage, reason });
+        if !self.stages.extract.ok || stage <= Stage::Syntax {
+            return None;
+        }
+        if stage == Stage::Ranker {
+            // No ranker stage: there was no syntax tree to rank, and nothing is missing.
+            let error = self.stages.ranker.as_ref().and_then(|r| r.error.clone());
+            return error.and_then(|e| missing(Stage::Ranker, e));
+        }
+        match &self.stages.compile {
+            None => return missing(Stage::Compile, "the compile stage did not run".into()),
+            Some(c) if c.status == CompileStatus::Unavailable => {
+                return missing(Stage::Compile, c.reason.clone().unwrap_or_default())
+            }
+            // The candidate's compile failure: no later stage is missing.
+            Some(c) if !c.ok => return None,
+            Some(_) => {}
+        }
+        if stage < Stage::Correctness {
+            return None;
+        }
+        let Some(execute) = &self.stages.execute else {
+            return missing(Stage::Correctness, "the GPU stages did not run".into());
+        };
+        match &execute.status {
+            ExecStatus::Unavailable { reason } => {
+                return missing(Stage::Correctness, reason.clone())
+            }
+            ExecStatus::ReferenceFailed { reason } => {
+                return missing(
+                    Stage::Correctness,
+                    format!(
+                        "the task's reference failed, so the candidate cannot be judged: {reason}"
+                    ),
+                )
+            }
+            _ => {}
+        }
+        let passed = self.stages.correctness.as_ref().is_some_and(|c| c.passed);
+        if stage == Stage::Timing && passed && self.stages.timing.is_none() {
+            return missing(
+                Stage::Timing,
+                "the candidate was correct but was not timed".into(),
+            );
+        }
+        None
+    }
+
+    /// Drops the results that are ours rather than the candidate's, so that the next
+    /// evaluation of the same submission runs those stages again: a compile that could not
+    /// run (and the stages after it), a ranker error, GPU stages that were unavailable or
+    /// whose reference failed, and a timing that is missing or was withheld because the
+    /// reference's own timing was unstable. Only outcomes the candidate caused stay
+    /// remembered.
+    fn forget_our_failures(&mut self) {
+        let compile_ours = self
+            .stages
+            .compile
+            .as_ref()
+            .is_some_and(|c| c.status == CompileStatus::Unavailable);
+        if compile_ours {
+            let stages = &mut self.stages;
+            stages.compile = None;
+            stages.structure = None;
+            stages.ranker = None;
+            stages.execute = None;
+            stages.correctness = None;
+            stages.timing = None;
+            self.module = None;
+            self.features = None;
+            self.timed = false;
+            self.reached = self.reached.map(|r| r.min(Stage::Syntax));
+            return;
+        }
+        if self
+            .stages
+            .ranker
+            .as_ref()
+            .is_some_and(|r| r.error.is_some())
+        {
+            // Cheap: run again on its own by the next `advance`.
+            self.stages.ranker = None;
+        }
+        let gpu_ours = self.stages.execute.as_ref().is_some_and(|e| {
+            matches!(
+                e.status,
+                ExecStatus::Unavailable { .. } | ExecStatus::ReferenceFailed { .. }
+            )
+        });
+        if gpu_ours {
+            self.stages.execute = None;
+            self.stages.correctness = None;
+            self.stages.timing = None;
+            self.timed = false;
+            self.reached = self.reached.map(|r| r.min(Stage::Ranker));
+            return;
+        }
+        let passed = self.stages.correctness.as_ref().is_some_and(|c| c.passed);
+        let timing_ours = self.stages.timing.as_ref().is_none_or(|t| t.unstable);
+        if passed && self.timed && timing_ours {
+            self.stages.timing = None;
+            self.timed = false;
+            self.reached = self.reached.map(|r| r.min(Stage::Correctness));
+        }
+    }
+}
+
+/// A stage without a result the candidate earned (see [`Evaluation::unavailable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageUnavailable {
+    /// The stage that could not run.
+    pub stage: Stage,
+    /// Why, in words (the worker, library or model that failed).
+    pub reason: String,
 }
 
 /// Runs and remembers stages. Share one per trainer (it holds the compile cache, the worker
 /// pools and the ranker).
+///
+/// The memo keeps only what the candidate caused. Each call of [`evaluate`](Self::evaluate),
+/// [`evaluate_batch`](Self::evaluate_batch), [`evaluate_groups`](Self::evaluate_groups) or
+/// [`evaluate_cpu_stages_with`](Self::evaluate_cpu_stages_with) is one attempt: a stage that
+/// failed for our reasons in it (see [`Evaluation::unavailable`]) is reported `unavailable`
+/// to that caller and forgotten, so the same submission is evaluated again by the next call
+/// — once the worker, GPU or model is back, it scores normally. A caller that reads one
+/// attempt twice keeps the [`Evaluation`] it got (`Reward::score_evaluated`).
 pub struct Evaluator {
     options: EvalOptions,
     configs: Mutex<HashMap<String, Vec<usize>>>,
@@ -207,12 +340,16 @@ impl Evaluator {
         self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    fn memo_entry(&self, task: &Task, sub: &Submission) -> Arc<Mutex<Evaluation>> {
+    fn memo_key(task: &Task, sub: &Submission) -> String {
         let mut h = Sha256::new();
         h.update(task.id.as_bytes());
         h.update(b"\0");
         h.update(sub.text().as_bytes());
-        let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn memo_entry(&self, task: &Task, sub: &Submission) -> Arc<Mutex<Evaluation>> {
+        let key = Self::memo_key(task, sub);
         let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
         if memo.len() >= MEMO_ENTRIES {
             memo.clear();
@@ -220,12 +357,40 @@ impl Evaluator {
         Arc::clone(memo.entry(key).or_default())
     }
 
-    /// Evaluates `sub` for `task` up to and including `upto`; earlier results are reused.
+    /// Evaluates `sub` for `task` up to and including `upto`; earlier results the candidate
+    /// caused are reused, stages that failed for our reasons run again.
     pub fn evaluate(&self, task: &Task, sub: &Submission, upto: Stage) -> Evaluation {
         let entry = self.memo_entry(task, sub);
         let mut eval = entry.lock().unwrap_or_else(|p| p.into_inner());
         self.advance(task, sub, &mut eval, upto);
+        let out = eval.clone();
+        eval.forget_our_failures();
+        out
+    }
+
+    /// [`evaluate`](Self::evaluate) within a larger attempt: what failed for our reasons is
+    /// kept until the attempt ends ([`forget_our_failures`](Self::forget_our_failures)).
+    fn evaluate_within(&self, task: &Task, sub: &Submission, upto: Stage) -> Evaluation {
+        let entry = self.memo_entry(task, sub);
+        let mut eval = entry.lock().unwrap_or_else(|p| p.into_inner());
+        self.advance(task, sub, &mut eval, upto);
         eval.clone()
+    }
+
+    /// Ends an attempt on these submissions: their failures of ours are forgotten.
+    fn forget_our_failures(&self, task: &Task, subs: &[Submission]) {
+        let keys: std::collections::HashSet<String> =
+            subs.iter().map(|s| Self::memo_key(task, s)).collect();
+        let entries: Vec<Arc<Mutex<Evaluation>>> = {
+            let memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+            keys.iter().filter_map(|k| memo.get(k).cloned()).collect()
+        };
+        for entry in entries {
+            entry
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .forget_our_failures();
+        }
     }
 
     /// Evaluates a GRPO group, one evaluation per submission, in order: the CPU stages in
@@ -233,6 +398,14 @@ impl Evaluator {
     /// few jobs (see [`MAX_JOB_MEMBERS`](super::MAX_JOB_MEMBERS)), sharing the reference's
     /// runs and spread over every GPU.
     pub fn evaluate_batch(&self, task: &Task, subs: &[Submission], upto: Stage) -> Vec<Evaluation> {
+        let out = self.batch_within(task, subs, upto);
+        self.forget_our_failures(task, subs);
+        out
+    }
+
+    /// [`evaluate_batch`](Self::evaluate_batch) within a larger attempt (failures of ours
+    /// are kept until the caller ends it).
+    fn batch_within(&self, task: &Task, subs: &[Submission], upto: Stage) -> Vec<Evaluation> {
         // Compile each distinct source once before the rest hit the cache.
         let mut seen = std::collections::HashSet::new();
         let firsts: Vec<Submission> = subs
@@ -328,7 +501,8 @@ impl Evaluator {
         std::thread::scope(|s| {
             s.spawn(move || {
                 for (k, (task, subs)) in groups.iter().enumerate() {
-                    let _ = self.evaluate_batch(task, subs, Stage::Ranker);
+                    // The same attempt as the GPU stages that follow (which end it).
+                    let _ = self.batch_within(task, subs, Stage::Ranker);
                     if ready.send(k).is_err() {
                         return;
                     }
@@ -361,7 +535,9 @@ impl Evaluator {
         upto: Stage,
         done: &(dyn Fn(usize, &Evaluation) + Sync),
     ) -> Vec<Evaluation> {
-        self.evaluate_parallel_with(task, subs, upto.min(Stage::Ranker), done)
+        let out = self.evaluate_parallel_with(task, subs, upto.min(Stage::Ranker), done);
+        self.forget_our_failures(task, subs);
+        out
     }
 
     /// Evaluates submissions up to `upto` on the compile workers' threads.
@@ -391,7 +567,7 @@ impl Evaluator {
                     if k >= subs.len() {
                         return;
                     }
-                    let e = self.evaluate(task, &subs[k], upto);
+                    let e = self.evaluate_within(task, &subs[k], upto);
                     done(k, &e);
                     out.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(e);
                 });
@@ -401,11 +577,17 @@ impl Evaluator {
             .unwrap_or_else(|p| p.into_inner())
             .into_iter()
             .enumerate()
-            .map(|(k, e)| e.unwrap_or_else(|| self.evaluate(task, &subs[k], upto)))
+            .map(|(k, e)| e.unwrap_or_else(|| self.evaluate_within(task, &subs[k], upto)))
             .collect()
     }
 
     fn advance(&self, task: &Task, sub: &Submission, eval: &mut Evaluation, upto: Stage) {
+        // A ranker result forgotten after an error of ours runs again on its own (the stages
+        // after it are the candidate's and stay).
+        let ranked = eval.reached.is_some_and(|r| r >= Stage::Ranker);
+        if ranked && upto >= Stage::Ranker && eval.stages.ranker.is_none() {
+            self.run_stage(task, sub, eval, Stage::Ranker, upto);
+        }
         while eval.reached.is_none_or(|r| r < upto) {
             let next = match eval.reached {
                 None => Stage::Extract,

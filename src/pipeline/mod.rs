@@ -40,7 +40,7 @@ mod verdict;
 
 pub use compile::stage_of as compile_stage_of;
 pub use error::{EvalError, NoExecutor};
-pub use evaluator::{EvalOptions, Evaluation, Evaluator};
+pub use evaluator::{EvalOptions, Evaluation, Evaluator, StageUnavailable};
 pub use extract::{select_configs, timing_config, Plan, Submission};
 pub use gpu::MAX_JOB_MEMBERS;
 pub use ranker::RANKER_MODEL_ENV;

@@ -32,7 +32,8 @@ pub use crate::pipeline::report::{
     TimingStage,
 };
 pub use crate::pipeline::{
-    static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Stage, Submission, Verdict,
+    static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Stage, StageUnavailable,
+    Submission, Verdict,
 };
 
 use crate::task::Task;
@@ -125,18 +126,36 @@ pub type Result<T> = std::result::Result<T, RewardError>;
 /// A reward for CUDA candidates.
 ///
 /// Implement [`Reward::needs`] and [`Reward::value`]; `score` and `score_batch` follow.
-/// A custom reward in a few lines:
+/// A custom reward in a few lines; [`require`] first, so that a stage that could not run
+/// here (a compile worker that cannot start, no NVRTC) is an error, never a made-up value:
 /// ```
-/// use cudaperf::reward::{Context, Evaluation, Reward, Stage};
+/// use cudaperf::reward::{require, Context, Evaluation, Reward, Stage};
 /// struct FewRegisters;
 /// impl Reward for FewRegisters {
 ///     fn name(&self) -> String { "few_registers".into() }
 ///     fn needs(&self, _: &Context) -> Stage { Stage::Compile }
 ///     fn value(&self, _: &Context, e: &Evaluation) -> cudaperf::reward::Result<f64> {
+///         require(self, e, Stage::Compile)?;
 ///         let regs = e.stages.compile.as_ref().and_then(|c| c.kernels.iter().map(|k| k.registers).max());
 ///         Ok(regs.map_or(0.0, |r| 1.0 - f64::from(r.min(255)) / 255.0))
 ///     }
 /// }
+/// # use cudaperf::reward::{EvalOptions, Evaluator, Submission, Verdict};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let task = cudaperf::task::Task::load(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tasks/vector_add"))?;
+/// // With a compile worker that cannot start, the reward is an error, not a value of 0.
+/// let mut options = EvalOptions::default();
+/// options.compile.worker = Some("/nonexistent/cudaperf".into());
+/// let evaluator = Evaluator::new(options)?;
+/// let ctx = Context::new(&task, &evaluator);
+/// let sub = Submission::from_source(task.reference.source.clone());
+/// let err = FewRegisters.score(&ctx, &sub).unwrap_err();
+/// assert_eq!(err.report().verdict, Verdict::Unavailable);
+/// assert!(err.report().value.is_nan());
+/// // `value` itself refuses too (`require`), whoever calls it.
+/// let eval = evaluator.evaluate(&task, &sub, Stage::Compile);
+/// assert!(FewRegisters.value(&ctx, &eval).is_err());
+/// # Ok(()) }
 /// ```
 pub trait Reward: Send + Sync {
     /// Short name, used in reports.
@@ -216,24 +235,52 @@ impl<R: Reward + ?Sized> Reward for std::sync::Arc<R> {
     }
 }
 
-/// Builds the `Unavailable` error with the partial report.
-pub(crate) fn unavailable(
-    reward: &dyn Reward,
-    stage: Stage,
-    reason: impl Into<String>,
+/// Checks that `stage`, and every stage it is built from, has a result the candidate earned
+/// (see [`Evaluation::unavailable`]); otherwise [`RewardError::Unavailable`] with the partial
+/// report, naming `reward`, the stage and why. Call it first in [`Reward::value`] for every
+/// stage the value reads: a compile stage that could not run has no registers, a GPU stage
+/// that could not run has no pass rate, and neither is 0.
+///
+/// `Ok` also when the candidate's own failure before `stage` makes it moot (no code, a
+/// compile error, a fault): the reward scores that failure.
+///
+/// ```
+/// use cudaperf::reward::{require, Context, Evaluation, Reward, Stage};
+/// struct PassedFirstConfig;
+/// impl Reward for PassedFirstConfig {
+///     fn name(&self) -> String { "passed_first_config".into() }
+///     fn needs(&self, _: &Context) -> Stage { Stage::Correctness }
+///     fn value(&self, _: &Context, e: &Evaluation) -> cudaperf::reward::Result<f64> {
+///         require(self, e, Stage::Correctness)?; // no GPU here: an error, not 0
+///         let first = e.stages.correctness.as_ref().and_then(|c| c.configs.first());
+///         Ok(if first.is_some_and(|c| c.passed) { 1.0 } else { 0.0 })
+///     }
+/// }
+/// ```
+pub fn require(reward: &dyn Reward, eval: &Evaluation, stage: Stage) -> Result<()> {
+    match eval.unavailable(stage) {
+        Some(u) => Err(unavailable_error(&reward.name(), u, eval)),
+        None => Ok(()),
+    }
+}
+
+/// The `Unavailable` error for a stage without a result, with the partial report.
+pub(crate) fn unavailable_error(
+    reward: &str,
+    u: StageUnavailable,
     eval: &Evaluation,
 ) -> RewardError {
-    let verdict = match Verdict::of(&eval.stages, stage) {
+    let verdict = match Verdict::of(&eval.stages, u.stage) {
         v @ (Verdict::Unavailable | Verdict::ReferenceFailed) => v,
         _ => Verdict::Unavailable,
     };
     RewardError::Unavailable {
-        reward: reward.name(),
-        stage,
-        reason: reason.into(),
+        reward: reward.to_string(),
+        stage: u.stage,
+        reason: u.reason,
         report: Box::new(RewardReport {
             value: f64::NAN,
-            reward: reward.name(),
+            reward: reward.to_string(),
             verdict,
             terms: Vec::new(),
             stages: eval.stages.clone(),

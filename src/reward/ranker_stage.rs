@@ -1,6 +1,8 @@
 //! [`RankerReward`]: the learned pairwise ranker as a reward.
 
-use super::{unavailable, Context, Evaluation, Result, Reward, Stage};
+use super::{
+    require, unavailable_error, Context, Evaluation, Result, Reward, Stage, StageUnavailable,
+};
 
 /// `2σ(s(candidate) − s(reference)) − 1` in [-1, 1]: the ranker's confidence that the
 /// candidate is faster than the task's reference (0 = no preference). The evaluator's model
@@ -17,12 +19,16 @@ impl Reward for RankerReward {
         Stage::Ranker
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        require(self, eval, Stage::Ranker)?;
         match &eval.stages.ranker {
             Some(r) if r.error.is_none() => Ok(2.0 * r.prob_faster - 1.0),
-            Some(r) => Err(unavailable(
-                self,
-                Stage::Ranker,
-                r.error.clone().unwrap_or_default(),
+            // The candidate has no launch plan for a model that reads one: no number either.
+            Some(r) => Err(unavailable_error(
+                &self.name(),
+                StageUnavailable {
+                    stage: Stage::Ranker,
+                    reason: r.error.clone().unwrap_or_default(),
+                },
                 eval,
             )),
             // No code to rank: no preference.

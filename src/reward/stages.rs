@@ -1,6 +1,6 @@
 //! Each pipeline stage as a reward of its own.
 
-use super::{unavailable, CompileStatus, Context, Evaluation, Result, Reward, Stage};
+use super::{require, CompileStatus, Context, Evaluation, Result, Reward, Stage};
 
 /// 1 / (1 + syntax problems) when a code block exists, else 0. Range [0, 1].
 pub struct SyntaxReward;
@@ -13,6 +13,7 @@ impl Reward for SyntaxReward {
         Stage::Syntax
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        require(self, eval, Stage::Syntax)?;
         Ok(eval.stages.syntax.as_ref().map_or(0.0, |s| {
             1.0 / (1.0 + f64::from(s.error_nodes + s.missing_nodes))
         }))
@@ -31,16 +32,12 @@ impl Reward for CompileReward {
         Stage::Compile
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
-        match &eval.stages.compile {
-            Some(c) if c.status == CompileStatus::Unavailable => Err(unavailable(
-                self,
-                Stage::Compile,
-                c.reason.clone().unwrap_or_default(),
-                eval,
-            )),
-            Some(c) => Ok(if c.ok { 1.0 } else { 0.0 }),
-            None => Ok(0.0),
-        }
+        require(self, eval, Stage::Compile)?;
+        Ok(match &eval.stages.compile {
+            Some(c) if c.ok => 1.0,
+            // A compile error, or no candidate to compile.
+            _ => 0.0,
+        })
     }
 }
 
@@ -54,46 +51,15 @@ pub(crate) enum Progress {
 
 /// Reads the execute/correctness stages; `Err` when they could not run here.
 pub(crate) fn progress(reward: &dyn Reward, eval: &Evaluation) -> Result<Progress> {
-    if let Some(c) = &eval.stages.compile {
-        if c.status == CompileStatus::Unavailable {
-            return Err(unavailable(
-                reward,
-                Stage::Compile,
-                c.reason.clone().unwrap_or_default(),
-                eval,
-            ));
-        }
-    }
-    if eval.module.is_none() {
-        return Ok(Progress::Failed);
-    }
-    match (&eval.stages.execute, &eval.stages.correctness) {
-        (_, Some(c)) => Ok(Progress::Checked {
+    require(reward, eval, Stage::Correctness)?;
+    Ok(match &eval.stages.correctness {
+        Some(c) if eval.module.is_some() => Progress::Checked {
             passed: c.passed,
             pass_rate: c.pass_rate,
-        }),
-        (Some(e), None) => match &e.status {
-            crate::exec::ExecStatus::Unavailable { reason } => Err(unavailable(
-                reward,
-                Stage::Correctness,
-                reason.clone(),
-                eval,
-            )),
-            crate::exec::ExecStatus::ReferenceFailed { reason } => Err(unavailable(
-                reward,
-                Stage::Correctness,
-                format!("the task's reference failed, so the candidate cannot be judged: {reason}"),
-                eval,
-            )),
-            _ => Ok(Progress::Failed),
         },
-        (None, None) => Err(unavailable(
-            reward,
-            Stage::Correctness,
-            "the GPU stages did not run",
-            eval,
-        )),
-    }
+        // No candidate, a compile error, or a fault at run time.
+        _ => Progress::Failed,
+    })
 }
 
 /// 1 if every configuration matched the reference (and every anti-hacking check passed), else 0.
@@ -181,18 +147,11 @@ impl Reward for SpeedupReward {
         Stage::Timing
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
-        match progress(self, eval)? {
-            Progress::Checked { passed: true, .. } => {}
+        require(self, eval, Stage::Timing)?;
+        let t = match (progress(self, eval)?, &eval.stages.timing) {
+            (Progress::Checked { passed: true, .. }, Some(t)) => t,
             _ => return Ok(0.0),
-        }
-        let t = eval.stages.timing.as_ref().ok_or_else(|| {
-            unavailable(
-                self,
-                Stage::Timing,
-                "the candidate was correct but was not timed",
-                eval,
-            )
-        })?;
+        };
         let s = if t.implausible { 1.0 } else { t.speedup };
         Ok(match self.scale {
             SpeedupScale::Log2Clipped { lo, hi } => {

@@ -1,6 +1,6 @@
 //! [`StructuralReward`]: the structure stage's hand-weighted score as a reward.
 
-use super::{unavailable, CompileStatus, Context, Evaluation, Result, Reward, Stage};
+use super::{require, Context, Evaluation, Result, Reward, Stage};
 use crate::analysis::Features;
 
 /// The hand-weighted structural score in [-1, 1] (see `analysis::structural_score`);
@@ -17,16 +17,7 @@ impl Reward for StructuralReward {
         Stage::Structure
     }
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
-        if let Some(c) = &eval.stages.compile {
-            if c.status == CompileStatus::Unavailable {
-                return Err(unavailable(
-                    self,
-                    Stage::Compile,
-                    c.reason.clone().unwrap_or_default(),
-                    eval,
-                ));
-            }
-        }
+        require(self, eval, Stage::Structure)?;
         Ok(eval.stages.structure.as_ref().map_or(0.0, |s| s.score))
     }
 }

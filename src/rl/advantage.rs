@@ -191,7 +191,8 @@ pub fn is_zero_variance(rewards: &[f64], tol: f64) -> bool {
 }
 
 /// The advantages of one group with `opts.estimator`; `None` when the group is dropped
-/// because all its rewards are equal (and `opts.drop_zero_variance` is set).
+/// because all its rewards are equal (and `opts.drop_zero_variance` is set). Every reward
+/// must be finite; [`scored_advantages`] takes groups with unscored (NaN) members.
 pub fn advantages(rewards: &[f64], opts: &AdvantageOptions) -> Result<Option<Vec<f64>>> {
     opts.check()?;
     check_rewards(rewards)?;
@@ -203,6 +204,124 @@ pub fn advantages(rewards: &[f64], opts: &AdvantageOptions) -> Result<Option<Vec
         Estimator::DrGrpo => dr_grpo(rewards)?,
         Estimator::Rloo => rloo(rewards)?,
     }))
+}
+
+/// What to do with the members of a group that have no reward: a completion that could not
+/// be scored here (its report's value is NaN, `null` in JSON). Its advantage is never made
+/// up: it is left out of the comparison, or the whole group is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnscoredPolicy {
+    /// The scored members are compared among themselves; an unscored member gets no
+    /// advantage (`None`: no gradient from it). The default.
+    #[default]
+    SkipMember,
+    /// A group with an unscored member gives no advantage to anyone (its baseline would be
+    /// taken over a different group than the one sampled).
+    SkipGroup,
+    /// An unscored member is an error ([`RlError::NonFinite`]), as [`advantages`] does.
+    Error,
+}
+
+/// Why a group gave no advantages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DroppedGroup {
+    /// Every scored member has the same reward (DAPO's dynamic sampling; see
+    /// [`AdvantageOptions::drop_zero_variance`]).
+    ZeroVariance,
+    /// A member is unscored and the policy is [`UnscoredPolicy::SkipGroup`].
+    Unscored,
+    /// Too few scored members for the estimator (none, or one for RLOO).
+    TooFewScored,
+}
+
+/// The advantages of a group that may have unscored members (see [`scored_advantages`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupAdvantages {
+    /// One per member, in order: `None` for an unscored member and for every member of a
+    /// dropped group.
+    pub advantages: Vec<Option<f64>>,
+    /// Positions of the members without a reward.
+    pub unscored: Vec<usize>,
+    /// Why the group gave no advantages; `None` when it gave some.
+    pub dropped: Option<DroppedGroup>,
+}
+
+/// Advantages of a group whose unscored members (NaN rewards) are handled by `policy`:
+/// with [`UnscoredPolicy::SkipMember`] the estimator runs over the scored subset (its mean,
+/// spread and leave-one-out baselines are the subset's), and the result says which members
+/// were left out. An infinite reward is always an error (a bug, not a missing score).
+///
+/// ```
+/// use cudaperf::rl::advantage::{scored_advantages, AdvantageOptions, DroppedGroup, UnscoredPolicy};
+/// # fn main() -> Result<(), cudaperf::rl::RlError> {
+/// let opts = AdvantageOptions::default();
+/// let g = scored_advantages(&[1.0, f64::NAN, 3.0], &opts, UnscoredPolicy::SkipMember)?;
+/// assert_eq!(g.unscored, vec![1]);
+/// assert_eq!(g.advantages[1], None);
+/// assert!(g.advantages[0].unwrap() < 0.0 && g.advantages[2].unwrap() > 0.0);
+/// let g = scored_advantages(&[1.0, f64::NAN, 3.0], &opts, UnscoredPolicy::SkipGroup)?;
+/// assert_eq!(g.dropped, Some(DroppedGroup::Unscored));
+/// assert!(scored_advantages(&[1.0, f64::NAN], &opts, UnscoredPolicy::Error).is_err());
+/// # Ok(()) }
+/// ```
+pub fn scored_advantages(
+    rewards: &[f64],
+    opts: &AdvantageOptions,
+    policy: UnscoredPolicy,
+) -> Result<GroupAdvantages> {
+    opts.check()?;
+    if rewards.is_empty() {
+        return Err(RlError::EmptyGroup);
+    }
+    if let Some(index) = rewards.iter().position(|r| r.is_infinite()) {
+        return Err(RlError::NonFinite {
+            index,
+            value: rewards[index],
+        });
+    }
+    let unscored: Vec<usize> = (0..rewards.len())
+        .filter(|&i| rewards[i].is_nan())
+        .collect();
+    let dropped = |why| GroupAdvantages {
+        advantages: vec![None; rewards.len()],
+        unscored: unscored.clone(),
+        dropped: Some(why),
+    };
+    if let Some(&index) = unscored.first() {
+        match policy {
+            UnscoredPolicy::Error => {
+                return Err(RlError::NonFinite {
+                    index,
+                    value: rewards[index],
+                })
+            }
+            UnscoredPolicy::SkipGroup => return Ok(dropped(DroppedGroup::Unscored)),
+            UnscoredPolicy::SkipMember => {}
+        }
+    }
+    let scored: Vec<f64> = rewards.iter().copied().filter(|r| !r.is_nan()).collect();
+    let needed = if opts.estimator == Estimator::Rloo {
+        2
+    } else {
+        1
+    };
+    if scored.len() < needed {
+        return Ok(dropped(DroppedGroup::TooFewScored));
+    }
+    let Some(a) = advantages(&scored, opts)? else {
+        return Ok(dropped(DroppedGroup::ZeroVariance));
+    };
+    let mut a = a.into_iter();
+    Ok(GroupAdvantages {
+        advantages: rewards
+            .iter()
+            .map(|r| if r.is_nan() { None } else { a.next() })
+            .collect(),
+        unscored,
+        dropped: None,
+    })
 }
 
 /// Discounted returns of one episode's per-turn rewards:
@@ -313,7 +432,8 @@ impl SpeedTermSelector {
 /// kept. Candidates without timing, or whose timing is `implausible` (no speedup awarded),
 /// are unchanged. Use the result in place of `report.value` before [`advantages`].
 ///
-/// Errors when a report's value is not finite (a reward that could not be computed).
+/// An unscored report (value NaN: a reward that could not be computed) stays NaN and joins
+/// no cluster, so [`scored_advantages`] can leave it out; an infinite value is an error.
 /// `reports` is anything that yields `&RewardReport` (`&[RewardReport]`, `Vec<&RewardReport>`).
 pub fn noise_aware_rewards<'a>(
     reports: impl IntoIterator<Item = &'a RewardReport>,
@@ -328,13 +448,16 @@ pub fn noise_aware_rewards_with<'a>(
 ) -> Result<Vec<f64>> {
     let reports: Vec<&RewardReport> = reports.into_iter().collect();
     let values: Vec<f64> = reports.iter().map(|r| r.value).collect();
-    if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+    if let Some(index) = values.iter().position(|v| v.is_infinite()) {
         return Err(RlError::NonFinite {
             index,
             value: values[index],
         });
     }
-    let speed: Vec<Option<f64>> = reports.iter().map(|r| selector.speed_part(r)).collect();
+    let speed: Vec<Option<f64>> = reports
+        .iter()
+        .map(|r| selector.speed_part(r).filter(|_| !r.value.is_nan()))
+        .collect();
     let intervals: Vec<Option<[f64; 2]>> = reports
         .iter()
         .zip(&speed)
@@ -545,11 +668,78 @@ mod tests {
             report(1.3, 1.0, Some([2.0, 2.1]), false),
         ];
         close(&noise_aware_rewards(&imp).unwrap(), &[1.0, 1.3]);
-        // A report without a finite value is an error.
+        // An unscored report stays unscored (and out of every cluster); an infinite one is
+        // an error.
+        let unscored = [
+            report(f64::NAN, l1, Some([1.90, 2.01]), false),
+            report(1.0 + 0.3 * l2, l2, Some([2.00, 2.10]), false),
+        ];
+        let r = noise_aware_rewards(&unscored).unwrap();
+        assert!(r[0].is_nan());
+        close(&r[1..], &[1.0 + 0.3 * l2]);
         assert!(matches!(
-            noise_aware_rewards(&[report(f64::NAN, 0.0, None, false)]),
+            noise_aware_rewards(&[report(f64::INFINITY, 0.0, None, false)]),
             Err(RlError::NonFinite { index: 0, .. })
         ));
+    }
+
+    /// [1, NaN, 3, 6] with the unscored member skipped is [1, 3, 6] by hand: mean 10/3,
+    /// Dr. GRPO [-7/3, -1/3, 8/3]; RLOO baselines (3+6)/2, (1+6)/2, (1+3)/2.
+    #[test]
+    fn scored_subset_by_hand() {
+        let r = [1.0, f64::NAN, 3.0, 6.0];
+        let dr = AdvantageOptions::with_estimator(Estimator::DrGrpo);
+        let g = scored_advantages(&r, &dr, UnscoredPolicy::SkipMember).unwrap();
+        assert_eq!(g.unscored, vec![1]);
+        assert_eq!(g.dropped, None);
+        assert_eq!(g.advantages[1], None);
+        let got: Vec<f64> = g.advantages.iter().flatten().copied().collect();
+        close(&got, &[-7.0 / 3.0, -1.0 / 3.0, 8.0 / 3.0]);
+        let rl = AdvantageOptions::with_estimator(Estimator::Rloo);
+        let g = scored_advantages(&r, &rl, UnscoredPolicy::SkipMember).unwrap();
+        let got: Vec<f64> = g.advantages.iter().flatten().copied().collect();
+        close(&got, &[1.0 - 4.5, 3.0 - 3.5, 6.0 - 2.0]);
+        // GRPO over the subset equals GRPO of the subset.
+        let opts = AdvantageOptions::default();
+        let g = scored_advantages(&r, &opts, UnscoredPolicy::SkipMember).unwrap();
+        let got: Vec<f64> = g.advantages.iter().flatten().copied().collect();
+        close(&got, &grpo(&[1.0, 3.0, 6.0], opts.eps).unwrap());
+        // A fully scored group is the plain estimator.
+        let g = scored_advantages(&[1.0, 2.0], &dr, UnscoredPolicy::Error).unwrap();
+        assert_eq!(g.advantages, vec![Some(-0.5), Some(0.5)]);
+    }
+
+    #[test]
+    fn unscored_policies_and_dropped_groups() {
+        let opts = AdvantageOptions::default();
+        let r = [1.0, f64::NAN, 3.0];
+        let g = scored_advantages(&r, &opts, UnscoredPolicy::SkipGroup).unwrap();
+        assert_eq!(
+            (g.advantages, g.unscored, g.dropped),
+            (vec![None; 3], vec![1], Some(DroppedGroup::Unscored))
+        );
+        assert!(matches!(
+            scored_advantages(&r, &opts, UnscoredPolicy::Error),
+            Err(RlError::NonFinite { index: 1, value }) if value.is_nan()
+        ));
+        // The scored members tie: zero variance, dropped.
+        let g =
+            scored_advantages(&[2.0, f64::NAN, 2.0], &opts, UnscoredPolicy::SkipMember).unwrap();
+        assert_eq!(g.dropped, Some(DroppedGroup::ZeroVariance));
+        // Nobody scored, or one member for RLOO: too few.
+        let g = scored_advantages(&[f64::NAN; 3], &opts, UnscoredPolicy::SkipMember).unwrap();
+        assert_eq!(g.dropped, Some(DroppedGroup::TooFewScored));
+        let rl = AdvantageOptions::with_estimator(Estimator::Rloo);
+        let g = scored_advantages(&[f64::NAN, 1.0], &rl, UnscoredPolicy::SkipMember).unwrap();
+        assert_eq!(g.dropped, Some(DroppedGroup::TooFewScored));
+        // Infinity is never "unscored", and an empty group is an error.
+        for p in [UnscoredPolicy::SkipMember, UnscoredPolicy::SkipGroup] {
+            assert!(matches!(
+                scored_advantages(&[1.0, f64::INFINITY], &opts, p),
+                Err(RlError::NonFinite { index: 1, .. })
+            ));
+            assert_eq!(scored_advantages(&[], &opts, p), Err(RlError::EmptyGroup));
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::advantage::{self, AdvantageOptions};
+use super::advantage::{self, AdvantageOptions, DroppedGroup, UnscoredPolicy};
 use super::feedback::{feedback, next_turn_prompt, FeedbackOptions};
 use super::{Result, RlError};
 use crate::candidate::extract_code;
@@ -81,10 +81,12 @@ impl Episode {
         self.turns.last()
     }
 
-    /// The turn with the highest reward (the first of equals).
+    /// The turn with the highest reward (the first of equals); unscored turns (NaN) are not
+    /// candidates.
     pub fn best(&self) -> Option<&Turn> {
         self.turns
             .iter()
+            .filter(|t| !t.reward.is_nan())
             .fold(None, |best: Option<&Turn>, t| match best {
                 Some(b) if b.reward >= t.reward => Some(b),
                 _ => Some(t),
@@ -126,6 +128,12 @@ pub struct EpisodeOptions {
     /// comparison group, before returns are computed (default false; see
     /// [`advantage::noise_aware_rewards`]).
     pub noise_aware: bool,
+    /// What to do with turns that could not be scored (reward NaN: their report was
+    /// `unavailable`). Default [`UnscoredPolicy::SkipMember`]: a turn whose return is unknown
+    /// (it, or a later turn it is credited for, is unscored) gets no advantage and the rest
+    /// of its comparison group is compared among itself.
+    #[serde(default)]
+    pub unscored: UnscoredPolicy,
 }
 
 impl Default for EpisodeOptions {
@@ -135,6 +143,7 @@ impl Default for EpisodeOptions {
             grouping: TurnGrouping::PerTurn,
             advantage: AdvantageOptions::default(),
             noise_aware: false,
+            unscored: UnscoredPolicy::SkipMember,
         }
     }
 }
@@ -142,21 +151,57 @@ impl Default for EpisodeOptions {
 /// Advantages of a group of episodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeAdvantages {
-    /// The per-turn rewards used (after the noise-aware adjustment, if any).
+    /// The per-turn rewards used (after the noise-aware adjustment, if any); NaN for an
+    /// unscored turn.
     pub rewards: Vec<Vec<f64>>,
-    /// Discounted returns per episode and turn.
+    /// Discounted returns per episode and turn; NaN where unknown (the turn, or a later turn
+    /// of its episode that it is credited for, is unscored).
     pub returns: Vec<Vec<f64>>,
-    /// Advantage per episode and turn; `None` where the comparison group had zero variance
-    /// and was dropped (no gradient from that turn).
+    /// Advantage per episode and turn; `None` where the return is unknown or the comparison
+    /// group was dropped (no gradient from that turn).
     pub per_episode: Vec<Vec<Option<f64>>>,
     /// Comparison groups formed.
     pub groups: usize,
     /// Comparison groups dropped for zero variance.
     pub dropped_groups: usize,
+    /// `[episode, turn]` of every turn without a reward, in order.
+    #[serde(default)]
+    pub unscored_turns: Vec<[usize; 2]>,
+    /// `[episode, turn]` of every turn left without an advantage because its return is
+    /// unknown (the unscored turns, and with γ > 0 the turns before them in their episode).
+    #[serde(default)]
+    pub skipped_turns: Vec<[usize; 2]>,
+    /// Comparison groups dropped because of unscored members ([`UnscoredPolicy::SkipGroup`],
+    /// or too few scored members left).
+    #[serde(default)]
+    pub unscored_groups: usize,
+}
+
+/// Discounted returns with unscored turns: `G_t` is NaN when any reward it sums is (every
+/// reward from `t` on, or only `r_t` when γ = 0).
+fn returns_with_unscored(rewards: &[f64], gamma: f64) -> Result<Vec<f64>> {
+    if !(0.0..=1.0).contains(&gamma) {
+        return Err(RlError::Gamma(gamma));
+    }
+    if let Some(index) = rewards.iter().position(|r| r.is_infinite()) {
+        return Err(RlError::NonFinite {
+            index,
+            value: rewards[index],
+        });
+    }
+    let mut out = vec![0.0; rewards.len()];
+    let mut next = 0.0;
+    for (t, r) in rewards.iter().enumerate().rev() {
+        // 0 · NaN is NaN: with γ = 0 a turn is credited only for itself.
+        next = if gamma == 0.0 { *r } else { r + gamma * next };
+        out[t] = next;
+    }
+    Ok(out)
 }
 
 /// Advantages of a group of episodes of one task: per-turn rewards (optionally noise-aware)
-/// → discounted returns → advantages within each comparison group.
+/// → discounted returns → advantages within each comparison group. Turns that could not be
+/// scored are handled by [`EpisodeOptions::unscored`] and listed in the result.
 pub fn episode_advantages(group: &[Episode], opts: &EpisodeOptions) -> Result<EpisodeAdvantages> {
     if group.is_empty() {
         return Err(RlError::EmptyGroup);
@@ -183,6 +228,17 @@ pub fn episode_advantages(group: &[Episode], opts: &EpisodeOptions) -> Result<Ep
     };
 
     let mut rewards: Vec<Vec<f64>> = group.iter().map(Episode::rewards).collect();
+    let unscored_turns: Vec<[usize; 2]> = rewards
+        .iter()
+        .enumerate()
+        .flat_map(|(e, r)| (0..r.len()).filter(|&t| r[t].is_nan()).map(move |t| [e, t]))
+        .collect();
+    if let (UnscoredPolicy::Error, Some(&[e, t])) = (opts.unscored, unscored_turns.first()) {
+        return Err(RlError::NonFinite {
+            index: t,
+            value: rewards[e][t],
+        });
+    }
     if opts.noise_aware {
         for set in &sets {
             let reports: Vec<&RewardReport> = set
@@ -197,20 +253,26 @@ pub fn episode_advantages(group: &[Episode], opts: &EpisodeOptions) -> Result<Ep
     }
     let returns: Vec<Vec<f64>> = rewards
         .iter()
-        .map(|r| advantage::discounted_returns(r, opts.gamma))
+        .map(|r| returns_with_unscored(r, opts.gamma))
         .collect::<Result<_>>()?;
+    let skipped_turns: Vec<[usize; 2]> = returns
+        .iter()
+        .enumerate()
+        .flat_map(|(e, r)| (0..r.len()).filter(|&t| r[t].is_nan()).map(move |t| [e, t]))
+        .collect();
     let mut per_episode: Vec<Vec<Option<f64>>> =
         group.iter().map(|e| vec![None; e.turns.len()]).collect();
-    let mut dropped_groups = 0;
+    let (mut dropped_groups, mut unscored_groups) = (0, 0);
     for set in &sets {
         let values: Vec<f64> = set.iter().map(|&(e, t)| returns[e][t]).collect();
-        match advantage::advantages(&values, &opts.advantage)? {
-            Some(a) => {
-                for (&(e, t), v) in set.iter().zip(a) {
-                    per_episode[e][t] = Some(v);
-                }
-            }
-            None => dropped_groups += 1,
+        let g = advantage::scored_advantages(&values, &opts.advantage, opts.unscored)?;
+        match g.dropped {
+            Some(DroppedGroup::ZeroVariance) => dropped_groups += 1,
+            Some(DroppedGroup::Unscored | DroppedGroup::TooFewScored) => unscored_groups += 1,
+            None => {}
+        }
+        for (&(e, t), v) in set.iter().zip(g.advantages) {
+            per_episode[e][t] = v;
         }
     }
     Ok(EpisodeAdvantages {
@@ -219,12 +281,16 @@ pub fn episode_advantages(group: &[Episode], opts: &EpisodeOptions) -> Result<Ep
         per_episode,
         groups: sets.len(),
         dropped_groups,
+        unscored_turns,
+        skipped_turns,
+        unscored_groups,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rl::advantage::UnscoredPolicy;
 
     fn episode(rewards: &[f64]) -> Episode {
         let mut e = Episode::new("t");
@@ -296,6 +362,58 @@ mod tests {
         assert_eq!(a.dropped_groups, 1);
         assert_eq!(a.per_episode[2], vec![None]);
         assert!(a.per_episode[0][1].unwrap() < 0.0 && a.per_episode[1][1].unwrap() > 0.0);
+    }
+
+    /// Episode 1's second turn is unscored. γ = 0.5: returns [0.5, 1], [NaN, NaN], [2, 0]
+    /// (its first turn is credited for the unscored one, so its return is unknown too).
+    /// Skip member, Dr. GRPO: turn 0 compares [0.5, 2] (mean 1.25), turn 1 [1, 0] (mean
+    /// 0.5); episode 1 gets no advantage. Skip group: both turn groups are dropped.
+    #[test]
+    fn unscored_turns_are_skipped_and_reported() {
+        let group = [
+            episode(&[0.0, 1.0]),
+            episode(&[1.0, f64::NAN]),
+            episode(&[2.0, 0.0]),
+        ];
+        let opts = EpisodeOptions {
+            gamma: 0.5,
+            advantage: AdvantageOptions::with_estimator(advantage::Estimator::DrGrpo),
+            ..Default::default()
+        };
+        let a = episode_advantages(&group, &opts).unwrap();
+        assert_eq!(a.unscored_turns, vec![[1, 1]]);
+        assert_eq!(a.skipped_turns, vec![[1, 0], [1, 1]]);
+        assert!(a.returns[1].iter().all(|r| r.is_nan()));
+        assert_eq!(
+            a.per_episode,
+            vec![
+                vec![Some(-0.75), Some(0.5)],
+                vec![None, None],
+                vec![Some(0.75), Some(-0.5)]
+            ]
+        );
+        assert_eq!((a.groups, a.dropped_groups, a.unscored_groups), (2, 0, 0));
+        // γ = 0: a turn is credited only for itself, so episode 1's first turn still counts.
+        let a = episode_advantages(&group, &EpisodeOptions { gamma: 0.0, ..opts }).unwrap();
+        assert_eq!(a.skipped_turns, vec![[1, 1]]);
+        assert_eq!(a.per_episode[1], vec![Some(0.0), None]); // turn 0: [0, 1, 2], mean 1
+        let skip_group = EpisodeOptions {
+            unscored: UnscoredPolicy::SkipGroup,
+            ..opts
+        };
+        let a = episode_advantages(&group, &skip_group).unwrap();
+        assert!(a.per_episode.iter().flatten().all(Option::is_none));
+        assert_eq!(a.unscored_groups, 2);
+        let strict = EpisodeOptions {
+            unscored: UnscoredPolicy::Error,
+            ..opts
+        };
+        assert!(matches!(
+            episode_advantages(&group, &strict),
+            Err(RlError::NonFinite { index: 1, .. })
+        ));
+        // The best turn is a scored one.
+        assert_eq!(group[1].best().map(|t| t.reward), Some(1.0));
     }
 
     #[test]

@@ -4,11 +4,14 @@
 //! Order: a one-line summary (verdict and reward), then what stopped the program from running
 //! (compile errors with their lines, the runtime fault by name, an invalid launch), then what
 //! made it wrong (the first mismatch: config, buffer, index, got/want, and why), then its speed
-//! (speedup with its 95 % interval, or why none was awarded), then the structural findings
-//! that cost speed (strided global accesses, bank conflicts, divergent barriers, occupancy
-//! limits, spills) with the source line they point at, then notes (the learned ranker's
-//! opinion, stages that could not run here). Items that do not fit in
-//! [`FeedbackOptions::max_chars`] are counted, not shown.
+//! (speedup with its 95 % interval, or why none was awarded, and the physical floor that
+//! binds: memory traffic or arithmetic), then the structural findings that cost speed
+//! (strided global accesses, bank conflicts, divergent barriers, occupancy limits, spills)
+//! with the source line they point at, then notes (the learned ranker's opinion when speed
+//! was not measured, stages that could not run here). Bounds guards (`row < m && col < n`)
+//! and single-thread sections (`tid == 0`) are safety, never findings to remove; a syntax
+//! problem is shown with its line, and with the penalty it costs where the reward applied
+//! one. Items that do not fit in [`FeedbackOptions::max_chars`] are counted, not shown.
 //!
 //! ```
 //! use cudaperf::rl::{feedback, FeedbackOptions};
@@ -26,11 +29,13 @@ use std::fmt::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{AccessClass, AccessKind, Features, Span};
+use crate::analysis::{AccessClass, AccessKind, Features, KernelFeatures, Span};
 use crate::exec::{ConfigCheck, ExecStatus, TimingStage};
 use crate::pipeline::CompileStatus;
 use crate::reward::{RewardReport, Stage, Stages, Verdict};
 use crate::task::Task;
+
+use super::safety;
 
 /// Settings of [`feedback`]; every field has a documented default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -268,7 +273,7 @@ pub fn next_turn_prompt(task: &Task, previous_code: &str, feedback: &Feedback) -
         previous_code.trim_end(),
         feedback.text(),
         match feedback.verdict {
-            Verdict::Correct => "Make it faster while keeping it correct: address the findings above. Answer with one ```cuda code block in the same format.\n",
+            Verdict::Correct => "Make it faster while keeping it correct on every size: address the findings above, and keep the bounds checks. Answer with one ```cuda code block in the same format.\n",
             _ => "Fix the problems above first, then make it fast. Answer with one ```cuda code block in the same format.\n",
         }
     );
@@ -324,6 +329,9 @@ pub fn feedback(
 
     let summary = match verdict {
         Verdict::ExtractError => {
+            if let Some((line, message)) = syntax_problem(report) {
+                push(Importance::Blocking, "syntax_error", line, message, 500);
+            }
             let why = s
                 .extract
                 .error
@@ -358,16 +366,16 @@ pub fn feedback(
                             0,
                         );
                     }
-                    if errors.is_empty() {
-                        if let Some(l) = s.syntax.as_ref().and_then(|x| x.first_error_line) {
-                            push(
-                                Importance::Blocking,
-                                "syntax_error",
-                                Some(l),
-                                "first syntax problem".into(),
-                                500,
-                            );
-                        }
+                    if let Some((line, message)) = syntax_problem(report) {
+                        // After NVRTC's own errors, which say what is wrong.
+                        let severity = if errors.is_empty() { 500 } else { 100 };
+                        push(
+                            Importance::Blocking,
+                            "syntax_error",
+                            line,
+                            message,
+                            severity,
+                        );
                     }
                     format!(
                         "Compile error ({} error{}): the kernel did not run.{reward}",
@@ -516,15 +524,13 @@ pub fn feedback(
             fmt_us(t.reference_us),
             t.config
         );
-        let floor = if t.floor_us.is_finite() && t.floor_us > 0.0 && t.candidate_us.is_finite() {
+        let floor = binding_floor(task, t).map_or_else(String::new, |(what, us)| {
             format!(
-                "; the memory-traffic floor is {} ({:.0} % of the time)",
-                fmt_us(t.floor_us),
-                100.0 * t.floor_us / t.candidate_us
+                "; the {what} floor is {} ({:.0} % of the time)",
+                fmt_us(us),
+                100.0 * us / t.candidate_us
             )
-        } else {
-            String::new()
-        };
+        });
         match withheld_reason(t) {
             Some(why) => push(
                 Importance::Performance,
@@ -589,7 +595,34 @@ pub fn feedback(
     // analysis of broken code is noise).
     let compiled = s.compile.as_ref().is_some_and(|c| c.ok);
     if compiled {
-        let mut found = structural_items(s, &span_text);
+        // The source from a span's start, a few lines on (a condition may span lines).
+        let text_at = |line: u32, column: u32| -> Option<String> {
+            let first = line_of(line)?.get(column.saturating_sub(1) as usize..)?;
+            let mut t = first.to_string();
+            for l in line + 1..line + 8 {
+                match line_of(l) {
+                    Some(next) => {
+                        t.push('\n');
+                        t.push_str(next);
+                    }
+                    None => break,
+                }
+            }
+            Some(t)
+        };
+        let is_safety_check = |kernel: &KernelFeatures, branch: &Span| -> bool {
+            let (Some(stmt), Some(signature)) = (
+                text_at(branch.line, branch.column),
+                text_at(kernel.span.line, kernel.span.column),
+            ) else {
+                return false;
+            };
+            let sizes = safety::size_names(task, &signature);
+            safety::if_condition(&stmt)
+                .and_then(|c| safety::classify(c, &|w| sizes.iter().any(|s| s == w)))
+                .is_some()
+        };
+        let mut found = structural_items(s, &span_text, &is_safety_check);
         found.sort_by(|a, b| b.3.cmp(&a.3).then(a.1.cmp(&b.1)));
         let total = found.len();
         for (kind, line, msg, sev) in found.into_iter().take(opts.max_findings) {
@@ -607,17 +640,27 @@ pub fn feedback(
                 0,
             );
         }
+        // A prediction, shown only where nothing was measured: a measured speed (or a
+        // program that does not work) must not be contradicted by it.
+        let unmeasured = s.timing.is_none()
+            && matches!(
+                verdict,
+                Verdict::Correct
+                    | Verdict::Compiled
+                    | Verdict::Unavailable
+                    | Verdict::ReferenceFailed
+            );
         if let Some(r) = s
             .ranker
             .as_ref()
-            .filter(|r| r.error.is_none() && r.prob_faster.is_finite())
+            .filter(|r| unmeasured && r.error.is_none() && r.prob_faster.is_finite())
         {
             push(
                 Importance::Note,
                 "ranker",
                 None,
                 format!(
-                    "the learned ranker gives this code a {:.0} % chance of being faster than the reference",
+                    "speed not measured: from the code alone, the learned ranker gives it a {:.0} % chance of being faster than the reference",
                     100.0 * r.prob_faster
                 ),
                 0,
@@ -637,6 +680,65 @@ pub fn feedback(
         items,
         max_chars: opts.max_chars,
     }
+}
+
+/// The physical floor that binds the timed run, `(what, µs)`: memory traffic or arithmetic,
+/// whichever is larger. `None` when it is unknown: a task that declares its FLOPs (a
+/// compute-bound one) timed on a device without a peak rate, or no floor at all.
+fn binding_floor(task: &Task, t: &TimingStage) -> Option<(&'static str, f64)> {
+    let known = |us: f64| us.is_finite() && us > 0.0;
+    if !t.candidate_us.is_finite() || t.candidate_us <= 0.0 {
+        return None;
+    }
+    if known(t.compute_floor_us) && t.compute_floor_us > t.floor_us {
+        return Some(("arithmetic", t.compute_floor_us));
+    }
+    if task.flops.is_some() && !known(t.compute_floor_us) {
+        return None;
+    }
+    known(t.floor_us).then_some(("memory-traffic", t.floor_us))
+}
+
+/// The outcome ladder's value when the reward includes it (an `outcome` term, or the
+/// ladder itself).
+fn outcome_value(report: &RewardReport) -> Option<f64> {
+    report
+        .terms
+        .iter()
+        .find(|t| t.name == "outcome")
+        .map(|t| t.value)
+        .or_else(|| (report.reward == "outcome").then_some(report.value))
+        .filter(|v| v.is_finite())
+}
+
+/// `(line, message)` of the syntax problems of code that did not compile or extract: where
+/// the parse first failed, how many problems there are, and what they cost when the reward
+/// scored them below a compile error in code that parses.
+fn syntax_problem(report: &RewardReport) -> Option<(Option<u32>, String)> {
+    let syntax = report.stages.syntax.as_ref().filter(|x| !x.ok)?;
+    let n = syntax.error_nodes + syntax.missing_nodes;
+    let mut m = format!(
+        "the code does not parse {}({n} syntax problem{} in all)",
+        if syntax.first_error_line.is_some() {
+            "from here "
+        } else {
+            ""
+        },
+        if n == 1 { "" } else { "s" }
+    );
+    let compile_error = report
+        .stages
+        .compile
+        .as_ref()
+        .is_some_and(|c| c.status == CompileStatus::Error);
+    if let Some(v) = outcome_value(report).filter(|v| compile_error && *v < -0.75 - 1e-9) {
+        let _ = write!(
+            m,
+            "; this costs {:.3} of reward: a compile error in code that parses scores -0.750",
+            -0.75 - v
+        );
+    }
+    Some((syntax.first_error_line, m))
 }
 
 /// `(line, message)` of each error in an NVRTC/ptxas log, in order.
@@ -761,10 +863,13 @@ fn mismatch_message(task: &Task, k: &ConfigCheck) -> String {
     m
 }
 
-/// `(kind, line, message, severity)` of every structural finding worth reporting.
+/// `(kind, line, message, severity)` of every structural finding worth reporting; a
+/// divergent branch that `is_safety_check` (a bounds guard, a single-thread section) is not
+/// one.
 fn structural_items(
     s: &Stages,
     span_text: &dyn Fn(&Span) -> Option<String>,
+    is_safety_check: &dyn Fn(&KernelFeatures, &Span) -> bool,
 ) -> Vec<(&'static str, Option<u32>, String, u32)> {
     let mut out: Vec<(&'static str, Option<u32>, String, u32)> = Vec::new();
     let features: Option<&Features> = s.structure.as_ref().map(|st| &st.features);
@@ -863,7 +968,9 @@ fn structural_items(
                         out.push(("interleaved_reduction", line(&x.span), x.reason.clone(), 70))
                     }
                     // Only the first two divergent branches: many are usual and harmless.
-                    "divergent_branch" if divergent_branches < 2 => {
+                    "divergent_branch"
+                        if divergent_branches < 2 && !is_safety_check(k, &x.span) =>
+                    {
                         divergent_branches += 1;
                         out.push(("divergent_branch", line(&x.span), x.reason.clone(), 20));
                     }

@@ -4,17 +4,21 @@
 //! feedback, and refines it. This module holds the parts every trainer writes by hand
 //! otherwise:
 //!
-//! * [`feedback()`]: the text a policy reads after a turn — compile errors with line numbers,
-//!   the runtime fault by name, the first mismatch, the speedup with its 95 % interval (or why
-//!   none was awarded), and the structural findings with their source lines — ordered by
-//!   importance and bounded in length; [`next_turn_prompt`] puts it after the task prompt
-//!   and the previous code.
+//! * [`feedback()`]: the text a policy reads after a turn — compile errors with line numbers
+//!   (and the first syntax problem with what it cost), the runtime fault by name, the first
+//!   mismatch, the speedup with its 95 % interval (or why none was awarded) and the floor
+//!   that binds, and the structural findings with their source lines (never a bounds guard
+//!   or a single-thread section) — ordered by importance and bounded in length; it never
+//!   contradicts a measurement. [`next_turn_prompt`] puts it after the task prompt and the
+//!   previous code.
 //! * [`advantage`]: GRPO, Dr. GRPO and RLOO advantages of a group, discounted multi-turn
 //!   returns, dropping zero-variance groups (DAPO's dynamic sampling), and
 //!   [`noise_aware_rewards`], which gives candidates whose speedup intervals overlap the same
-//!   speed term, so timing noise cannot create advantage.
+//!   speed term, so timing noise cannot create advantage; [`scored_advantages`] for groups
+//!   with members that could not be scored (reward NaN), with an [`UnscoredPolicy`].
 //! * [`Episode`]: turns of completion + report + reward, shared by a loop and a trainer;
-//!   [`episode_advantages`] turns a group of episodes into per-turn advantages.
+//!   [`episode_advantages`] turns a group of episodes into per-turn advantages, skipping
+//!   (and listing) the turns whose return is unknown because a turn was not scored.
 //!
 //! ```
 //! use cudaperf::rl::{advantage, Episode, Turn};
@@ -67,7 +71,8 @@
 //!     }
 //! }
 //! let adv = rl::episode_advantages(&group, &EpisodeOptions::default())?;
-//! // adv.per_episode[e][t]: the advantage of turn t of episode e (None: group dropped).
+//! // adv.per_episode[e][t]: the advantage of turn t of episode e (None: group dropped, or
+//! // the turn's return is unknown; those turns are in adv.skipped_turns).
 //! # let _ = adv;
 //! # Ok(()) }
 //! ```
@@ -75,9 +80,11 @@
 pub mod advantage;
 mod episode;
 mod feedback;
+mod safety;
 
 pub use advantage::{
-    advantages, noise_aware_rewards, AdvantageOptions, Estimator, SpeedTermSelector,
+    advantages, noise_aware_rewards, scored_advantages, AdvantageOptions, DroppedGroup, Estimator,
+    GroupAdvantages, SpeedTermSelector, UnscoredPolicy,
 };
 pub use episode::{
     episode_advantages, Episode, EpisodeAdvantages, EpisodeOptions, Turn, TurnGrouping,

@@ -77,6 +77,14 @@ pub struct RewardSpec {
     pub weights: Option<Weights>,
 }
 
+impl RewardSpec {
+    /// The name a result reports: the preset as the request spelled it (`dhrcl`,
+    /// `fast_p:1.5`), not the name of the combinator that implements it.
+    pub fn name(&self) -> String {
+        self.preset.clone()
+    }
+}
+
 impl Default for RewardSpec {
     fn default() -> Self {
         RewardSpec {
@@ -151,7 +159,7 @@ pub struct Timing {
 pub struct ScoreResponse {
     /// The task id (inline tasks: `<id>@<content hash>`).
     pub task: String,
-    /// The reward's name.
+    /// The reward as the request named it (its preset, e.g. `dhrcl`).
     pub reward: String,
     /// The training step.
     pub step: u64,

@@ -9,9 +9,10 @@
 //! | `GET /metrics` | Prometheus text |
 //!
 //! Errors: `400` bad JSON, types or values (the message names the field), `404` unknown
-//! task or route, `405` wrong method, `413` body over the limit, `429` queue full (with
-//! `Retry-After`), `503` queue unavailable or shutting down (with `Retry-After`). A bad
-//! request never reaches the evaluator.
+//! task or route, `405` wrong method, `408` a body not received within the read timeout,
+//! `413` body over the limit, `429` queue full (with `Retry-After`), `503` queue
+//! unavailable or shutting down (with `Retry-After`). A bad request never reaches the
+//! evaluator.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -47,6 +48,9 @@ pub(crate) struct AppState {
     pub limits: Limits,
     pub backend: Backend,
     pub metrics: Arc<Metrics>,
+    /// How long a request body may take to arrive (the headers are bounded by the
+    /// connection's own read timeout, see [`super::listen`]).
+    pub read_timeout: std::time::Duration,
     /// Moving average of a group's scoring time (f64 bits, seconds), for `Retry-After`.
     pub avg_score_s: AtomicU64,
 }
@@ -136,9 +140,29 @@ fn record(st: &AppState, route: &str, status: StatusCode, start: Instant) {
         .observe(start.elapsed().as_secs_f64());
 }
 
-async fn score(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn score(State(st): State<Arc<AppState>>, req: Request) -> Response {
     let start = Instant::now();
-    let r = score_inner(&st, body, start).await;
+    // A client that sends its body slowly (or never) gives up its slot after the read
+    // timeout instead of holding the connection for the request deadline.
+    let r = match tokio::time::timeout(st.read_timeout, Bytes::from_request(req, &())).await {
+        Ok(body) => score_inner(&st, body, start).await,
+        Err(_) => {
+            st.metrics
+                .rejected
+                .with_label_values(&["body_timeout"])
+                .inc();
+            let mut r = error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "request body: not received within this server's read timeout of {} s",
+                    st.read_timeout.as_secs_f64()
+                ),
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            r
+        }
+    };
     record(&st, "/v1/score", r.status(), start);
     st.metrics.queue_depth.set(st.depth() as i64);
     r
@@ -178,7 +202,8 @@ async fn score_inner(
     let deadline_ms = deadline.as_millis() as u64;
     let task_id = parsed.task.id.clone();
     let step = parsed.job.step;
-    let reward_name = parsed.reward.name();
+    // The preset as asked, not the name of the combinator behind it.
+    let reward_name = parsed.job.reward.name();
     // Local mode: completions whose results were final before the deadline are answered
     // even when the group as a whole is not.
     let partial: Arc<PartialResults> = Arc::new(std::sync::Mutex::new(vec![None; n]));
@@ -272,11 +297,7 @@ async fn score_inner(
     };
     let response = ScoreResponse {
         task: task_id,
-        reward: if outcome.reward.is_empty() {
-            reward_name
-        } else {
-            outcome.reward
-        },
+        reward: reward_name,
         step,
         results: outcome.results,
         timing: Timing {
@@ -313,7 +334,7 @@ async fn task_detail(State(st): State<Arc<AppState>>, Path(id): Path<String>) ->
 }
 
 async fn healthz(State(st): State<Arc<AppState>>) -> Response {
-    let (ok, body) = match &st.backend {
+    let (ok, mut body) = match &st.backend {
         Backend::Local(p) => (
             true,
             serde_json::json!({
@@ -333,6 +354,12 @@ async fn healthz(State(st): State<Arc<AppState>>) -> Response {
             (s.up, body)
         }
     };
+    // What a client needs to explain a refusal (a 413 it only saw as a broken pipe).
+    body["limits"] = serde_json::json!({
+        "max_body_bytes": st.limits.max_body_bytes,
+        "max_completions": st.limits.max_completions,
+        "read_timeout_s": st.read_timeout.as_secs_f64(),
+    });
     let status = if ok {
         StatusCode::OK
     } else {

@@ -33,7 +33,8 @@ pub struct Metrics {
     pub gpu_busy: prometheus::Counter,
     /// `cudaperf_rejected_total{reason}`: requests refused before scoring.
     pub rejected: IntCounterVec,
-    /// `cudaperf_queue_up`: 1 while the Redis queue answers (queue mode).
+    /// `cudaperf_queue_up`: 1 while jobs are taken: the Redis queue answers (queue mode) or
+    /// the scoring threads take jobs (local mode, 0 once shutting down).
     pub queue_up: IntGauge,
     /// `cudaperf_jobs_resubmitted_total`: jobs put on the queue again after Redis lost them.
     pub resubmitted: IntCounter,
@@ -105,7 +106,7 @@ impl Metrics {
         .expect("valid metric");
         let queue_up = IntGauge::new(
             "cudaperf_queue_up",
-            "1 while the Redis queue answers (queue mode), else 0",
+            "1 while jobs are taken: the Redis queue answers (queue mode) or the scoring threads take jobs (local mode); else 0",
         )
         .expect("valid metric");
         let resubmitted = IntCounter::new(

@@ -28,6 +28,7 @@
 
 pub mod api;
 pub mod http;
+mod listen;
 pub mod metrics;
 pub mod node;
 mod pool;
@@ -41,6 +42,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -98,6 +100,13 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// Put jobs on this Redis queue for `cudaperf node`s instead of scoring here.
     pub queue: Option<QueueConfig>,
+    /// How long a client may take to send a request's head, or its body, and how long a
+    /// kept-alive connection may wait for its next request (default 30 s). A slow or
+    /// stuck client loses its connection instead of holding it (and shutdown) for minutes.
+    pub read_timeout: Duration,
+    /// On shutdown, how long requests in flight may take to finish before their
+    /// connections are closed and the scoring threads are left behind (default 30 s).
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServeConfig {
@@ -110,6 +119,8 @@ impl Default for ServeConfig {
             workers: 2,
             limits: Limits::default(),
             queue: None,
+            read_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }
@@ -130,19 +141,18 @@ impl Server {
             .name("cudaperf-serve".into())
             .spawn(move || {
                 let rt = runtime()?;
-                rt.block_on(async move {
-                    let mut stop = stop_rx.clone();
-                    let shutdown = async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    };
-                    serve_until(config, shutdown, stop_rx, |addr| {
+                let served = rt.block_on(async move {
+                    serve_until(config, stop_rx, |addr| {
                         let _ = addr_tx.send(Ok(addr));
                     })
                     .await
                     .inspect_err(|e| {
                         let _ = addr_tx.send(Err(e.clone()));
                     })
-                })
+                });
+                // Scoring left behind after the grace period does not hold the caller.
+                rt.shutdown_timeout(Duration::from_millis(100));
+                served
             })
             .map_err(|e| ServeError::Io(format!("cannot start the server thread: {e}")))?;
         match addr_rx.recv() {
@@ -200,44 +210,55 @@ fn runtime() -> Result<tokio::runtime::Runtime, ServeError> {
 }
 
 /// Runs `cudaperf serve` until SIGTERM or SIGINT: prints `cudaperf serve listening on
-/// http://ADDR` on stdout once bound, then on the signal stops accepting and finishes what
-/// was accepted.
+/// http://ADDR` on stdout once bound, then on the signal stops accepting, finishes what was
+/// accepted within [`ServeConfig::shutdown_grace`] and returns. A second signal exits the
+/// process at once (status 130).
 pub fn run_server(config: ServeConfig) -> Result<(), ServeError> {
     let rt = runtime()?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let (tx, rx) = watch::channel(false);
-        let shutdown = async move {
-            shutdown_signal().await;
-            tracing::info!("shutting down: no new connections; finishing accepted requests");
-            let _ = tx.send(true);
-        };
-        serve_until(config, shutdown, rx, |addr| {
+        tokio::spawn(async move {
+            on_signals(|| {
+                tracing::info!(
+                    "shutting down: no new connections; finishing accepted requests (a second signal exits at once)"
+                );
+                let _ = tx.send(true);
+            })
+            .await;
+        });
+        serve_until(config, rx, |addr| {
             use std::io::Write;
             println!("cudaperf serve listening on http://{addr}");
             let _ = std::io::stdout().flush();
         })
         .await
-    })
+    });
+    rt.shutdown_timeout(Duration::from_millis(100));
+    served
 }
 
 async fn serve_until(
     config: ServeConfig,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     stop: watch::Receiver<bool>,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
     let tasks = Arc::new(TaskStore::load(config.tasks_dir.as_deref())?);
     let metrics = Arc::new(Metrics::new());
     let backend = match &config.queue {
-        None => Backend::Local(LocalPool::new(
-            Arc::new(
-                Evaluator::new(config.eval.clone())
-                    .map_err(|e| ServeError::Config(format!("the pipeline: {e}")))?,
-            ),
-            config.workers,
-            config.limits.queue_len,
-            Arc::clone(&metrics),
-        )),
+        None => {
+            let pool = LocalPool::new(
+                Arc::new(
+                    Evaluator::new(config.eval.clone())
+                        .map_err(|e| ServeError::Config(format!("the pipeline: {e}")))?,
+                ),
+                config.workers,
+                config.limits.queue_len,
+                Arc::clone(&metrics),
+            );
+            // The local "queue" is up while the scoring threads take jobs.
+            metrics.queue_up.set(1);
+            Backend::Local(pool)
+        }
         Some(q) => {
             let client =
                 queue::QueueClient::new(q.clone(), config.limits.queue_len, Arc::clone(&metrics))?;
@@ -260,41 +281,67 @@ async fn serve_until(
         limits: config.limits,
         backend,
         metrics,
+        read_timeout: config.read_timeout,
         avg_score_s: AtomicU64::new(0),
     });
     let app = http::router(Arc::clone(&state));
     on_bound(addr);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| ServeError::Io(format!("serving: {e}")));
+    let mut stopped = stop.clone();
+    let shutdown_began = async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let grace = config.shutdown_grace;
+    listen::serve_connections(listener, app, config.read_timeout, grace, shutdown_began).await;
+    let began = Instant::now();
     if let Backend::Local(pool) = &state.backend {
-        // Every accepted request has been answered; let the threads end.
+        state.metrics.queue_up.set(0);
+        // Every connection is answered or closed; let the threads end, within what is left
+        // of the grace period (a GPU job in progress is not waited for past it).
         let pool: &LocalPool = pool;
-        tokio::task::block_in_place(|| pool.close());
-    }
-    served
-}
-
-/// Resolves on SIGTERM or SIGINT.
-pub(crate) async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+        let left = grace.saturating_sub(began.elapsed());
+        if !tokio::task::block_in_place(|| pool.close(left)) {
+            tracing::warn!(
+                "shutting down: scoring threads still busy after the grace period; leaving them"
+            );
         }
     }
-    #[cfg(not(unix))]
-    {
+    Ok(())
+}
+
+/// Calls `first` on the first SIGTERM or SIGINT; on a second one, exits the process with
+/// status 130 (a stuck shutdown can always be forced).
+pub(crate) async fn on_signals(first: impl FnOnce()) {
+    let mut signals = Signals::new();
+    signals.next().await;
+    first();
+    signals.next().await;
+    tracing::warn!("second signal: exiting now");
+    std::process::exit(130);
+}
+
+/// SIGTERM and SIGINT as one stream (SIGINT only off Unix).
+struct Signals {
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        Signals {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok(),
+        }
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        if let Some(term) = self.term.as_mut() {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
     }
 }

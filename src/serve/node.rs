@@ -30,8 +30,13 @@ pub struct NodeConfig {
     pub queue: QueueConfig,
     /// Consumer name prefix (default `<hostname>-<pid>`); slot `i` consumes as `<name>-<i>`.
     pub name: Option<String>,
-    /// Tasks folder for jobs that name a task by id (inline tasks need none).
+    /// Tasks folder for jobs that name a task by id (inline tasks need none). A node needs
+    /// one unless [`NodeConfig::inline_only`] says it takes inline tasks only: a node
+    /// without tasks would take every job that names a task by id and answer it
+    /// `unavailable`, jobs that a node with the tasks could have scored.
     pub tasks_dir: Option<PathBuf>,
+    /// Start without a tasks folder, for a queue whose jobs all carry inline tasks.
+    pub inline_only: bool,
     /// The pipeline's options.
     pub eval: EvalOptions,
     /// Jobs scored at once (default 1; each job's group is itself scored in parallel).
@@ -45,25 +50,39 @@ struct Node {
     tasks: Arc<TaskStore>,
 }
 
-/// Runs a node until SIGTERM or SIGINT (a job being scored is finished first).
+/// Runs a node until SIGTERM or SIGINT (a job being scored is finished first; a second
+/// signal exits at once, and the job is taken over by another node after the visibility
+/// timeout).
 pub fn run_node(cfg: NodeConfig) -> Result<(), ServeError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| ServeError::Io(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(async move {
+    let ran = rt.block_on(async move {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
-            super::shutdown_signal().await;
-            let _ = tx.send(true);
+            super::on_signals(|| {
+                tracing::info!(
+                    "stopping: no new jobs; finishing the jobs being scored (a second signal exits at once)"
+                );
+                let _ = tx.send(true);
+            })
+            .await;
         });
         node_main(cfg, rx).await
-    })
+    });
+    rt.shutdown_timeout(Duration::from_millis(100));
+    ran
 }
 
 /// Runs a node until `shutdown` turns true.
 pub async fn node_main(cfg: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<(), ServeError> {
+    if cfg.tasks_dir.is_none() && !cfg.inline_only {
+        return Err(ServeError::Config(
+            "a node needs --tasks (the server's tasks folder): without it every job that names a task by id would be taken and answered `unavailable`; pass --inline-only if all jobs carry inline tasks".into(),
+        ));
+    }
     let client = cfg.queue.client()?;
     let tasks = Arc::new(TaskStore::load(cfg.tasks_dir.as_deref())?);
     let evaluator = Arc::new(

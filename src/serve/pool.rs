@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -107,13 +107,23 @@ impl LocalPool {
         self.workers
     }
 
-    /// Stops taking jobs; the threads finish what is queued, then end.
-    pub fn close(&self) {
+    /// Stops taking jobs; the threads finish what is queued, then end. Waits for them up
+    /// to `within`; returns whether they all ended (a thread still scoring is left to the
+    /// process's exit).
+    pub fn close(&self, within: Duration) -> bool {
         self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let end = Instant::now() + within;
+        while threads.iter().any(|t| !t.is_finished()) {
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         for t in threads {
             let _ = t.join();
         }
+        true
     }
 }
 
@@ -131,6 +141,12 @@ fn worker_loop(
                 Err(_) => return,
             }
         };
+        if job.reply.is_closed() {
+            // Its requester is gone (client disconnected, or closed at shutdown): a job
+            // not started is not worth a scoring thread.
+            depth.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
         let waited = job.enqueued.elapsed().as_secs_f64();
         metrics.queue_wait.observe(waited);
         let outcome = run_job(

@@ -16,7 +16,7 @@ use crate::task::Task;
 /// What a worker or node sends back for a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobOutcome {
-    /// The reward's name.
+    /// The reward as the request named it ([`super::api::RewardSpec::name`]).
     pub reward: String,
     /// One result per completion, in order.
     pub results: Vec<ItemResult>,
@@ -111,8 +111,9 @@ pub fn run_job(
 ) -> JobOutcome {
     let start = Instant::now();
     let n = job.completions.len();
+    let asked = job.reward.name();
     let mut outcome = JobOutcome {
-        reward: reward.name(),
+        reward: asked.clone(),
         results: Vec::new(),
         score_ms: 0.0,
         stages: StageTimes::default(),
@@ -137,7 +138,7 @@ pub fn run_job(
                 }
                 // Final already: the reward reads nothing a GPU would add.
                 let r = reward.score(&ctx, &subs[k]);
-                let item = result_of(task, &subs, k, r, job.report, needs, None);
+                let item = result_of(task, &subs, k, r, job.report, needs, &asked, None);
                 partial.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(item);
             };
             evaluator.evaluate_cpu_stages_with(task, &subs, needs, &publish);
@@ -163,6 +164,7 @@ pub fn run_job(
                         r,
                         job.report,
                         needs,
+                        &asked,
                         Some(&mut outcome.stages),
                     ),
                 };
@@ -189,6 +191,7 @@ pub type PartialResults = std::sync::Mutex<Vec<Option<ItemResult>>>;
 
 /// A completion's result with its next-turn feedback (on the code that was evaluated: line
 /// numbers refer to it); adds its stage times to `times` when given.
+#[allow(clippy::too_many_arguments)]
 fn result_of(
     task: &Task,
     subs: &[Submission],
@@ -196,6 +199,7 @@ fn result_of(
     r: crate::reward::Result<Scored>,
     with_report: bool,
     needs: Stage,
+    asked: &str,
     times: Option<&mut StageTimes>,
 ) -> ItemResult {
     let report = report_of(&r);
@@ -204,7 +208,7 @@ fn result_of(
     }
     let code = subs[index].code().unwrap_or(subs[index].text());
     let feedback = crate::rl::feedback(task, report, code, &Default::default()).text();
-    item_result(index, r, with_report, needs, Some(feedback))
+    item_result(index, r, with_report, needs, asked, Some(feedback))
 }
 
 /// The report behind a result, scored or not.
@@ -231,12 +235,16 @@ fn collect_stage_times(stages: &Stages, out: &mut StageTimes) {
 
 /// One completion's result: the value and verdict, or `unavailable` with the reason and
 /// the partial report. Never a made-up number. `needs` is the last stage the reward
-/// read ([`Reward::needs`]); stages past it do not decide the verdict.
+/// read ([`Reward::needs`]); stages past it do not decide the verdict. `asked` is the
+/// reward as the request named it: an unavailable result names it (and the part of it
+/// that could not be computed), as does its report, so the trainer reads back the name
+/// it sent.
 pub fn item_result(
     index: usize,
     r: crate::reward::Result<Scored>,
     with_report: bool,
     needs: Stage,
+    asked: &str,
     feedback: Option<String>,
 ) -> ItemResult {
     let (verdict, value, reason, report) = match r {
@@ -247,15 +255,29 @@ pub fn item_result(
         Ok(Scored { value, report }) => (
             Verdict::Unavailable.as_str(),
             None,
-            Some(format!("the reward `{}` produced {value}", report.reward)),
+            Some(format!("the reward `{asked}` produced {value}")),
             report,
         ),
-        Err(e) => {
-            let reason = e.to_string();
-            let RewardError::Unavailable { report, .. } = e;
+        Err(RewardError::Unavailable {
+            reward,
+            stage,
+            reason,
+            report,
+        }) => {
+            let part = if reward == asked {
+                String::new()
+            } else {
+                format!(" (its part `{reward}`)")
+            };
+            let reason = format!(
+                "{asked}: stage `{stage:?}` is unavailable{part}: {}",
+                super::request::one_line(&reason)
+            );
             (Verdict::Unavailable.as_str(), None, Some(reason), *report)
         }
     };
+    let mut report = report;
+    report.reward = asked.to_string();
     ItemResult {
         index,
         verdict: verdict.into(),

@@ -33,7 +33,8 @@ pub struct Proc {
 }
 
 impl Proc {
-    fn spawn(name: &str, mut cmd: Command) -> Proc {
+    /// Starts `cmd` with its output collected.
+    pub fn spawn(name: &str, mut cmd: Command) -> Proc {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
