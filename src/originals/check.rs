@@ -63,6 +63,9 @@ impl Samples {
     }
 }
 
+/// Sampled reference values per output buffer (by name): (element index, value).
+pub type BufferSamples = BTreeMap<String, Vec<(u64, Option<Exact>)>>;
+
 /// One task's sampled reference outputs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSamples {
@@ -70,7 +73,7 @@ pub struct TaskSamples {
     pub config: String,
     /// Per output buffer: (element index, value; `None` where it is not finite, in files
     /// written before non-finite values were recorded as such).
-    pub buffers: BTreeMap<String, Vec<(u64, Option<Exact>)>>,
+    pub buffers: BufferSamples,
     /// Per input regime of the task (by name): the same, on the regime's inputs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub regimes: BTreeMap<String, RegimeSamples>,
@@ -82,7 +85,7 @@ pub struct RegimeSamples {
     /// The config (the smallest the regime applies to).
     pub config: String,
     /// Per output buffer: (element index, value; NaN and infinities included).
-    pub buffers: BTreeMap<String, Vec<(u64, Option<Exact>)>>,
+    pub buffers: BufferSamples,
 }
 
 /// A double written as its shortest round-trip decimal text (`"0.02524677477777004"`), so
@@ -224,7 +227,7 @@ fn against_reference(task: &Task, got: &OriginalOutputs, want: &[Vec<u8>]) -> Ve
 fn against_samples(
     task: &Task,
     got: &OriginalOutputs,
-    samples: &BTreeMap<String, Vec<(u64, Option<Exact>)>>,
+    samples: &BufferSamples,
 ) -> Result<Vec<BufferCompare>, String> {
     let mut out = Vec::new();
     for (i, (name, dtype, is_out)) in buffers(task).iter().enumerate() {
@@ -263,7 +266,7 @@ fn sample_outputs(
     inputs: &HostInputs,
     want: &[Vec<u8>],
     per_buffer: usize,
-) -> BTreeMap<String, Vec<(u64, Option<Exact>)>> {
+) -> BufferSamples {
     let mut out = BTreeMap::new();
     for (i, (name, dtype, is_out)) in buffers(task).iter().enumerate() {
         if !is_out || per_buffer == 0 {
@@ -563,7 +566,7 @@ fn against_config_samples(
     task: &Task,
     r: &Ran,
     config: &str,
-    samples: &BTreeMap<String, Vec<(u64, Option<Exact>)>>,
+    samples: &BufferSamples,
 ) -> Result<Vec<BufferCompare>, String> {
     let now = &task.configs[r.ci].name;
     if config != now {
@@ -632,7 +635,7 @@ pub fn check_tasks(
 struct Side {
     outputs: Vec<BufferCompare>,
     generator: Vec<TwinCheck>,
-    samples: Option<BTreeMap<String, Vec<(u64, Option<Exact>)>>>,
+    samples: Option<BufferSamples>,
 }
 
 /// With `gpu`: the device generator against the CPU twin on this input set's fills, then
