@@ -277,3 +277,89 @@ fn cli_export_and_stats() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown format"));
 }
+
+/// Bytes one run of `task` on `cfg` must move, as the harness's floor counts them
+/// (`ExecJob::floor_bytes`): the task's `min_bytes` where it declares them, else every ABI
+/// byte once (an `inout` buffer read and written).
+fn floor_bytes(task: &cudaperf::task::Task, cfg: &cudaperf::task::InputConfig) -> f64 {
+    match &task.min_bytes {
+        Some(e) => e.eval_f64(&cfg.sizes).expect("min_bytes evaluates"),
+        None => abi_bytes(task, cfg),
+    }
+}
+
+/// Every ABI byte once, an `inout` buffer's twice (`ExecJob::abi_bytes`).
+fn abi_bytes(task: &cudaperf::task::Task, cfg: &cudaperf::task::InputConfig) -> f64 {
+    use cudaperf::task::Direction;
+    let lens = task.buffer_lens(cfg).expect("lengths");
+    task.buffers()
+        .zip(&lens)
+        .map(|(b, (_, dtype, n))| {
+            let bytes = (n * dtype.size_bytes()) as f64;
+            if b.direction == Direction::Inout {
+                2.0 * bytes
+            } else {
+                bytes
+            }
+        })
+        .sum()
+}
+
+/// Guards the floors against the measurements (issue 19): no committed H200 time of any
+/// implementation is under its task's bytes floor (min_bytes or the ABI's bytes, at the
+/// H200's datasheet bandwidth, the harness's table) or its FLOPs floor (at the table's peak
+/// rate) on the config it was timed on. A floor above a measured honest time would make
+/// that implementation `implausible` (tril_matvec's full-matrix floor once withheld a
+/// kernel that reads only the triangle); a declared `min_bytes` must also stay at or under
+/// the ABI's bytes, which every run can move.
+#[test]
+fn no_timing_is_under_its_floor() {
+    let ds = dataset();
+    let t = timings();
+    let bandwidth = cudaperf::exec::table_bandwidth(&t.device).expect("the H200 in the table");
+    let peak = cudaperf::exec::table_peak_tflops(&t.device).expect("the H200 in the table");
+    let mut under = Vec::new();
+    let mut checked = 0;
+    for task in &ds.tasks {
+        let Some(tt) = t.tasks.get(&task.id) else {
+            continue;
+        };
+        if let Some(e) = &task.min_bytes {
+            for cfg in &task.configs {
+                let declared = e.eval_f64(&cfg.sizes).expect("min_bytes evaluates");
+                let abi = abi_bytes(task, cfg);
+                assert!(
+                    declared > 0.0 && declared <= abi,
+                    "{}: min_bytes {declared} on `{}` is not within (0, {abi}] (the ABI's bytes)",
+                    task.id,
+                    cfg.name
+                );
+            }
+        }
+        for (name, e) in &tt.implementations {
+            let (Some(us), Some(cfg)) = (e.time_us, e.config.as_deref()) else {
+                continue;
+            };
+            let cfg = task
+                .config(cfg)
+                .unwrap_or_else(|| panic!("{}/{name}: timed on unknown config `{cfg}`", task.id));
+            let bytes_us = floor_bytes(task, cfg) / (bandwidth * 1e3);
+            let flops_us = task.flops.as_ref().map_or(0.0, |f| {
+                f.eval_f64(&cfg.sizes).expect("flops evaluates") / (peak * 1e6)
+            });
+            checked += 1;
+            if us < bytes_us || us < flops_us {
+                under.push(format!(
+                    "{}/{name} on `{}`: {us:.1} us, floors {bytes_us:.1} us (bytes), {flops_us:.1} us (flops)",
+                    task.id, cfg.name
+                ));
+            }
+        }
+    }
+    assert!(checked >= 650, "{checked} timings checked");
+    assert!(
+        under.is_empty(),
+        "times under their floors:\n{}",
+        under.join("\n")
+    );
+}

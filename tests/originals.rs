@@ -44,9 +44,32 @@ fn every_original_runs_and_matches_the_sampled_references() {
     assert_eq!(results.len(), tasks.len());
     let mut failed = Vec::new();
     let mut compared = 0;
-    for r in &results {
+    let mut regimes_compared = 0;
+    for (r, t) in results.iter().zip(&tasks) {
         if !r.passed() {
-            failed.push(format!("{}: {:?} {:?}", r.task, r.error, r.outputs));
+            failed.push(format!(
+                "{}: {:?} {:?} {:?}",
+                r.task,
+                r.error,
+                r.outputs,
+                r.regimes.iter().filter(|g| !g.passed()).collect::<Vec<_>>()
+            ));
+        }
+        // Every input regime ran the original on the smallest config it applies to, and was
+        // compared with the reference samples wherever the samples cover it.
+        assert_eq!(r.regimes.len(), t.regimes.len(), "{}", t.id);
+        for (g, regime) in r.regimes.iter().zip(&t.regimes) {
+            assert_eq!(g.regime, regime.name);
+            let smallest = cudaperf::originals::smallest_config_of(t, regime).expect("a config");
+            assert_eq!(g.config, smallest.name, "{}/{}", t.id, regime.name);
+            let sampled = samples
+                .as_ref()
+                .and_then(|s| s.tasks.get(&t.id))
+                .is_some_and(|s| s.regimes.contains_key(&regime.name));
+            if g.error.is_none() {
+                assert_eq!(g.against == "samples", sampled, "{}/{}", t.id, regime.name);
+            }
+            regimes_compared += usize::from(g.against == "samples");
         }
         if r.against == "samples" {
             compared += 1;
@@ -62,6 +85,7 @@ fn every_original_runs_and_matches_the_sampled_references() {
         "originals that failed:\n{}",
         failed.join("\n")
     );
+    println!("{regimes_compared} input regimes compared with reference samples");
     if let Some(s) = &samples {
         // Every task the samples cover was compared with them (a task added since has none).
         let covered = tasks.iter().filter(|t| s.tasks.contains_key(&t.id)).count();
@@ -118,6 +142,16 @@ fn scratch_task(
     original: (&str, &str),
     twin: Option<&str>,
 ) -> (tempfile::TempDir, Task) {
+    scratch_task_with(kind, original, twin, "")
+}
+
+/// [`scratch_task`] with `extra` appended to its task.toml (regimes, more configs).
+fn scratch_task_with(
+    kind: &str,
+    original: (&str, &str),
+    twin: Option<&str>,
+    extra: &str,
+) -> (tempfile::TempDir, Task) {
     let dir = tempfile::Builder::new()
         .prefix("orig")
         .tempdir()
@@ -142,7 +176,7 @@ fn scratch_task(
          [[params]]\nname = \"x\"\nkind = \"buffer\"\ndirection = \"in\"\ndtype = \"f32\"\nlen = \"n\"\nshape = [\"n\"]\n\
          [[params]]\nname = \"y\"\nkind = \"buffer\"\ndirection = \"out\"\ndtype = \"f32\"\nlen = \"n\"\nshape = [\"n\"]\n\
          [[params]]\nname = \"n\"\nkind = \"scalar\"\ndtype = \"i32\"\nvalue = \"n\"\n\
-         [[configs]]\nname = \"small\"\nsizes = {{ n = 1001 }}\n",
+         [[configs]]\nname = \"small\"\nsizes = {{ n = 1001 }}\n{extra}",
         original.0
     );
     std::fs::write(task_dir.join("task.toml"), toml).unwrap();
@@ -234,6 +268,142 @@ fn broken_originals_give_errors_that_name_them() {
     }
 }
 
+/// A C original that doubles `x` but aborts on an element above 100, with two regimes: one
+/// within its domain (x = 3 everywhere, on a second, larger config only) and one outside it.
+fn regime_task() -> (tempfile::TempDir, Task) {
+    scratch_task_with(
+        "c2cuda",
+        (
+            "original.c",
+            "#include <stdlib.h>\nvoid twice(const float* x, float* y, int n) { for (int i = 0; i < n; ++i) { if (x[i] > 100.0f) abort(); y[i] = 2.0f * x[i]; } }\n",
+        ),
+        None,
+        "[[configs]]\nname = \"big\"\nsizes = { n = 5003 }\n\
+         [[regimes]]\nname = \"threes\"\nwhy = \"a constant input\"\nconfigs = [\"big\"]\n\
+         [regimes.inputs.x]\ndist = \"constant\"\nvalue = 3.0\n\
+         [[regimes]]\nname = \"huge\"\nwhy = \"outside the original's domain\"\n\
+         [regimes.inputs.x]\ndist = \"uniform\"\nlow = 1000.0\nhigh = 2000.0\n",
+    )
+}
+
+/// Guards the originals' regime runs (issue 19): each regime's inputs reach the original on
+/// the smallest config the regime applies to, and an original that fails on a regime's
+/// inputs fails the task with the regime named.
+#[test]
+fn originals_run_on_every_input_regime() {
+    let tools = Tools::detect();
+    if tools.cc.is_none() {
+        panic!("this test needs a C compiler: {tools:?}");
+    }
+    let (_d, task) = regime_task();
+    let c =
+        cudaperf::originals::check_task(&task, &tools, &CheckOptions::default(), None, None, None);
+    assert!(c.error.is_none(), "{c:?}");
+    assert_eq!(c.config, "small");
+    assert_eq!(c.regimes.len(), 2);
+    let (threes, huge) = (&c.regimes[0], &c.regimes[1]);
+    assert_eq!(
+        (threes.regime.as_str(), threes.config.as_str()),
+        ("threes", "big")
+    );
+    assert!(threes.passed(), "{threes:?}");
+    assert_eq!(
+        (huge.regime.as_str(), huge.config.as_str()),
+        ("huge", "small")
+    );
+    let e = huge
+        .error
+        .as_deref()
+        .expect("the original aborts on the huge regime");
+    assert!(e.contains("non-zero exit") && e.contains("`small`"), "{e}");
+    assert!(!c.passed());
+    // The inputs the original saw are the regime's: on `big`, x = 3, so y = 6.
+    let regime = &task.regimes[0];
+    let cfg = cudaperf::originals::smallest_config_of(&task, regime).unwrap();
+    let inputs = HostInputs::generate_with(&task, cfg, Some(regime), 1).unwrap();
+    let out = run_original(
+        &task,
+        cfg,
+        &inputs,
+        Engine::C,
+        &tools,
+        Duration::from_secs(60),
+    )
+    .expect("runs");
+    let y = out.buffers[1].as_ref().unwrap();
+    assert_eq!(y.len(), 5003 * 4);
+    assert!(y
+        .chunks(4)
+        .all(|c| f32::from_le_bytes(c.try_into().unwrap()) == 6.0));
+}
+
+/// Guards regime samples (issue 19): a regime's outputs are compared with the reference
+/// values sampled for that regime, NaN and infinities included, and a samples file without
+/// regimes (written before them) still reads, leaving the regimes uncompared.
+#[test]
+fn regime_outputs_are_compared_with_their_samples() {
+    use cudaperf::originals::{Exact, RegimeSamples, TaskSamples};
+    let tools = Tools::detect();
+    if tools.cc.is_none() {
+        panic!("this test needs a C compiler: {tools:?}");
+    }
+    let (_d, task) = regime_task();
+    let opts = CheckOptions::default();
+    let with = |want: f64| {
+        let main = HostInputs::generate(&task, &task.configs[0], opts.seed).unwrap();
+        let x0 = f32::from_le_bytes(main.buffers[0].as_ref().unwrap()[..4].try_into().unwrap());
+        let mut s = Samples {
+            device: "NVIDIA H200".into(),
+            seed: opts.seed,
+            ..Default::default()
+        };
+        s.tasks.insert(
+            "twice".into(),
+            TaskSamples {
+                config: "small".into(),
+                buffers: [("y".to_string(), vec![(0, Some(Exact(2.0 * f64::from(x0))))])].into(),
+                regimes: [(
+                    "threes".to_string(),
+                    RegimeSamples {
+                        config: "big".into(),
+                        buffers: [("y".to_string(), vec![(7, Some(Exact(want)))])].into(),
+                    },
+                )]
+                .into(),
+            },
+        );
+        s
+    };
+    let good = with(6.0);
+    let c = cudaperf::originals::check_task(&task, &tools, &opts, None, Some(&good), None);
+    assert_eq!(c.against, "samples");
+    assert!(
+        c.outputs.iter().all(|b| b.clean() && b.elements == 1),
+        "{c:?}"
+    );
+    assert_eq!(c.regimes[0].against, "samples");
+    assert!(c.regimes[0].passed(), "{:?}", c.regimes[0]);
+    assert_eq!(c.regimes[1].against, "nothing", "no samples for `huge`");
+    for wrong in [6.5, f64::NAN, f64::INFINITY] {
+        let c =
+            cudaperf::originals::check_task(&task, &tools, &opts, None, Some(&with(wrong)), None);
+        let r = &c.regimes[0];
+        assert_eq!(r.outputs[0].mismatches, 1, "want {wrong}: {r:?}");
+    }
+    // Non-finite samples round-trip through the file format.
+    let text = serde_json::to_string(&with(f64::NEG_INFINITY)).unwrap();
+    let back: Samples = serde_json::from_str(&text).unwrap();
+    let v = back.tasks["twice"].regimes["threes"].buffers["y"][0]
+        .1
+        .unwrap()
+        .0;
+    assert_eq!(v, f64::NEG_INFINITY);
+    // An old file: no `regimes` key.
+    let old = r#"{"device":"d","seed":1,"tasks":{"t":{"config":"c","buffers":{"y":[[0,"1.5"],[1,null]]}}}}"#;
+    let s: Samples = serde_json::from_str(old).expect("old samples read");
+    assert!(s.tasks["t"].regimes.is_empty());
+}
+
 #[test]
 fn shapes_must_hold_their_buffers() {
     let (_d, task) = scratch_task(
@@ -280,6 +450,7 @@ fn samples_update_keeps_other_tasks_of_the_same_input_set() {
             TaskSamples {
                 config: "small".into(),
                 buffers: [("y".to_string(), vec![(0, Some(Exact(v)))])].into(),
+                regimes: Default::default(),
             },
         );
         s
@@ -376,4 +547,69 @@ fn the_reference_run_reads_the_inputs_it_was_given() {
             rows * k
         );
     }
+}
+
+/// The values of input `name` of `task`'s regime `regime` on the smallest config it applies
+/// to, as the CPU twin of the device generator gives them (as doubles).
+fn regime_values(task: &Task, regime: &str, name: &str) -> Vec<f64> {
+    let r = task
+        .regimes
+        .iter()
+        .find(|r| r.name == regime)
+        .unwrap_or_else(|| panic!("{}: no regime `{regime}`", task.id));
+    let cfg = cudaperf::originals::smallest_config_of(task, r).expect("a config");
+    let inputs = HostInputs::generate_with(task, cfg, Some(r), 7).expect("inputs");
+    let (i, b) = task
+        .buffers()
+        .enumerate()
+        .find(|(_, b)| b.name == name)
+        .expect("buffer");
+    let bytes = inputs.buffers[i].as_ref().expect("an input");
+    let n = bytes.len() / b.dtype.size_bytes() as usize;
+    (0..n)
+        .map(|k| cudaperf::originals::element_f64(b.dtype, bytes, k))
+        .collect()
+}
+
+/// Guards the dataset's input regimes (issue 19): each one contradicts the narrow
+/// assumption it names, on the inputs the device will generate (a regime whose
+/// distribution does not do what its `why` says would check nothing).
+#[test]
+fn regimes_contradict_the_assumptions_they_name() {
+    let ds = Dataset::load(common::fixture("tasks")).expect("dataset loads");
+    let task = |id: &str| ds.tasks.iter().find(|t| t.id == id).expect("task");
+    // CSR rows of varied length, empty ones included, the same total.
+    let spmv = task("spmv_csr");
+    let ptr = regime_values(spmv, "ragged_rows", "row_ptr");
+    let lens: Vec<f64> = ptr.windows(2).map(|w| w[1] - w[0]).collect();
+    let k = 7.0;
+    assert_eq!(ptr[0], 0.0);
+    assert_eq!(*ptr.last().unwrap(), k * lens.len() as f64);
+    assert!(lens.iter().all(|&l| (0.0..=2.0 * k).contains(&l)));
+    assert!(
+        lens.contains(&0.0) && lens.contains(&(2.0 * k)),
+        "empty and double rows"
+    );
+    // Runs of exactly 1024 equal values.
+    let a = regime_values(task("run_position_equal_neighbours"), "long_runs", "a");
+    assert!(a.iter().enumerate().all(|(i, &v)| v == (i / 1024) as f64));
+    // Collatz starts past 10^6, radix keys with the sign bit, mask bytes above 1, text
+    // bytes past 127, prefix sums that go down.
+    let x = regime_values(task("collatz_steps"), "full_range", "x");
+    assert!(x.iter().all(|&v| v >= 1.0) && x.iter().filter(|&&v| v > 1e9).count() > x.len() / 3);
+    let keys = regime_values(task("radix_digit_histograms"), "full_range", "keys");
+    assert!(keys.iter().filter(|&&v| v < 0.0).count() > keys.len() / 3);
+    let mask = regime_values(task("masked_fill_u8"), "mask_bytes", "mask");
+    assert!(mask.contains(&2.0) && mask.contains(&0.0));
+    let text = regime_values(task("vigenere_cipher"), "all_bytes", "text");
+    assert!(text.iter().any(|&c| c >= 128.0) && text.iter().any(|&c| c < 32.0));
+    let xs = regime_values(task("exclusive_scan_i32"), "signed_values", "x");
+    assert!(xs.contains(&-31.0) && xs.contains(&31.0));
+    // Special values reach float inputs.
+    let m = regime_values(task("masked_fill_u8"), "special_values", "x");
+    assert!(m.iter().any(|v| v.is_nan()) && m.contains(&f64::NEG_INFINITY));
+    assert!(m.iter().any(|&v| v == 0.0 && v.is_sign_negative()));
+    assert!(m
+        .iter()
+        .any(|&v| v != 0.0 && v.abs() < f64::from(f32::MIN_POSITIVE)));
 }

@@ -54,6 +54,14 @@ fn cap(bytes: u64) -> TaskLimits {
     }
 }
 
+/// A special-value distribution for buffer `a` of [`BASE_TASK`].
+const SPECIAL: &str = "[regimes.inputs.a]\ndist = \"special\"\nvalues = [\"nan\", \"-0\"]\nrate = 0.05\nbase = { dist = \"uniform\", low = -1.0, high = 1.0 }";
+
+/// A regime named `r` with the distributions `inputs` (TOML tables under it).
+fn regime(inputs: &str) -> String {
+    format!("[[regimes]]\nname = \"r\"\nwhy = \"w\"\n{inputs}\n")
+}
+
 /// One `#[test]` per invalid task: `name: toml, omitted files, limits => field, message`.
 macro_rules! invalid_task {
     ($($(#[$doc:meta])* $name:ident: $toml:expr, omit $omit:expr, $limits:expr => $field:expr, $says:expr;)*) => {
@@ -121,6 +129,34 @@ invalid_task! {
     flops_names_unknown_size: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nflops = \"2 * n * k\""), omit [], cap(8 << 30) => "flops", "`k`";
     /// A negative FLOP count would make every result implausible.
     flops_negative: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nflops = \"0 - n\""), omit [], cap(8 << 30) => "flops", "finite count >= 0";
+    /// A regime's distribution for a buffer the ABI does not have.
+    regime_unknown_buffer: append(&regime("[regimes.inputs.zz]\ndist = \"constant\"\nvalue = 1.0")), omit [], cap(8 << 30) => "regimes[0].inputs.zz", "no parameter named `zz`";
+    /// A regime may only replace inputs (the output is poisoned, not generated).
+    regime_for_an_output: append(&regime("[regimes.inputs.c]\ndist = \"constant\"\nvalue = 1.0")), omit [], cap(8 << 30) => "regimes[0].inputs.c", "not an input buffer";
+    /// NaN and infinities have no integer encoding: `special` needs a float buffer.
+    regime_special_on_integer: replace("dtype = \"f32\"", "dtype = \"i32\"") + &regime(SPECIAL), omit [], cap(8 << 30) => "regimes[0].inputs.a", "special values need a float buffer, not i32";
+    /// A rate above 1 is not a fraction of the elements.
+    regime_rate_above_one: append(&regime(&SPECIAL.replace("rate = 0.05", "rate = 1.5"))), omit [], cap(8 << 30) => "regimes[0].inputs.a", "`rate` is 1.5; it must be in (0, 1]";
+    /// A rate of 0 would mix in nothing: the regime would check nothing new.
+    regime_rate_zero: append(&regime(&SPECIAL.replace("rate = 0.05", "rate = 0.0"))), omit [], cap(8 << 30) => "regimes[0].inputs.a", "must be in (0, 1]";
+    /// `special` with no value listed mixes in nothing.
+    regime_special_without_values: append(&regime(&SPECIAL.replace("values = [\"nan\", \"-0\"]", "values = []"))), omit [], cap(8 << 30) => "regimes[0].inputs.a", "lists no special value";
+    /// Two regimes with one name would make reports ambiguous.
+    regime_duplicate_name: append(&format!("{}\n{}", regime(SPECIAL), regime(SPECIAL))), omit [], cap(8 << 30) => "regimes[1].name", "unique among the regimes";
+    /// A regime name is an identifier (it appears in reports and samples files).
+    regime_name_not_identifier: append(&regime(SPECIAL).replace("name = \"r\"", "name = \"two words\"")), omit [], cap(8 << 30) => "regimes[0].name", "must be an identifier";
+    /// `configs` may only name configs the task has.
+    regime_unknown_config: append(&regime(SPECIAL).replace("why = \"w\"", "why = \"w\"\nconfigs = [\"huge\"]")), omit [], cap(8 << 30) => "regimes[0].configs", "no config named `huge`";
+    /// A regime that replaces no input checks nothing the main inputs do not.
+    regime_without_inputs: append("[[regimes]]\nname = \"r\"\nwhy = \"w\""), omit [], cap(8 << 30) => "regimes[0].inputs", "at least one input";
+    /// A regime's bounds are evaluated on every config it applies to.
+    regime_bound_unknown_size: append(&regime("[regimes.inputs.a]\ndist = \"ragged\"\nstart = 0\nstep = \"k\"")), omit [], cap(8 << 30) => "regimes[0].inputs.a", "`k`";
+    /// Tensor-core precision for f32 inputs is a decision the task file must explain.
+    precision_lowered_without_reason: append("[precision]\noperands = \"tf32\""), omit [], cap(8 << 30) => "precision.reason", "say why in `reason`";
+    /// A negative bytes floor would make every time plausible.
+    min_bytes_negative: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nmin_bytes = \"0 - n\""), omit [], cap(8 << 30) => "min_bytes", "finite count >= 0";
+    /// `min_bytes` over a size no config defines.
+    min_bytes_names_unknown_size: replace("reference = \"reference.cu\"", "reference = \"reference.cu\"\nmin_bytes = \"4 * m\""), omit [], cap(8 << 30) => "min_bytes", "`m`";
     /// Negative tolerances make every comparison fail.
     negative_tolerance: append("[tolerance]\natol = -1.0\nrtol = 0.0"), omit [], cap(8 << 30) => "tolerance", "finite";
 }
@@ -370,4 +406,44 @@ fn from_toml_and_files_validates_like_the_loader() {
             .starts_with("task.toml: field `params[0].dtype`"),
         "{e}"
     );
+}
+
+/// The contract fields load as written: the floor evaluates per config, the precision
+/// contract keeps its reason, and each regime its configs and distributions (`ragged` and
+/// `special` included); the precision a buffer must keep follows the contract.
+#[test]
+fn contract_fields_load() {
+    use cudaperf::task::{DType, Distribution, Precision, SpecialValue};
+    let toml = replace(
+        "reference = \"reference.cu\"",
+        "reference = \"reference.cu\"\nmin_bytes = \"4 * n * (n + 1) / 2\"",
+    ) + "[[configs]]\nname = \"big\"\nsizes = { n = 5001 }\n\
+         [precision]\noperands = \"tf32\"\nreason = \"a GEMM: tensor cores are the point\"\n"
+        + &regime(SPECIAL)
+        + &regime("[regimes.inputs.a]\ndist = \"ragged\"\nstart = 0\nstep = 3")
+            .replace("name = \"r\"", "name = \"steps\"")
+            .replace("why = \"w\"", "why = \"w\"\nconfigs = [\"big\"]");
+    let (_tmp, dir) = write_task(&toml, &[]);
+    let t = Task::load(&dir).expect("loads");
+    let floor = t.min_bytes.as_ref().expect("min_bytes");
+    let sizes: Sizes = [("n".to_string(), 1000)].into();
+    assert_eq!(floor.eval_f64(&sizes).unwrap(), 2_002_000.0);
+    assert_eq!(t.precision.operands, Some(Precision::Tf32));
+    assert!(t
+        .precision
+        .describe()
+        .contains("tensor cores are the point"));
+    assert_eq!(t.precision.required(DType::F32), Some(Precision::Tf32));
+    assert_eq!(t.regimes.len(), 2);
+    let (special, steps) = (&t.regimes[0], &t.regimes[1]);
+    assert!(special.applies_to("small") && special.applies_to("big"));
+    assert!(!steps.applies_to("small") && steps.applies_to("big"));
+    match &special.inputs["a"] {
+        Distribution::Special { values, rate, .. } => {
+            assert_eq!(values, &[SpecialValue::Nan, SpecialValue::NegZero]);
+            assert_eq!(*rate, 0.05);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(steps.inputs["a"], Distribution::Ragged { .. }));
 }

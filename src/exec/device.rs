@@ -8,7 +8,7 @@ use super::report::DeviceInfo;
 
 /// Datasheet memory bandwidth, GB/s, by device name. The floor must be a true upper bound
 /// on speed, so datasheet peaks rather than measured copies.
-pub(crate) fn table_bandwidth(name: &str) -> Option<f64> {
+pub fn table_bandwidth(name: &str) -> Option<f64> {
     lookup(
         name,
         &[
@@ -28,7 +28,7 @@ pub(crate) fn table_bandwidth(name: &str) -> Option<f64> {
 /// Datasheet peak arithmetic rate, TFLOP/s: dense FP16/BF16 on the tensor cores, the fastest
 /// format whose precision can pass a float task's tolerance (FP8 cannot), so no honest
 /// kernel is faster than FLOPs / this rate.
-pub(crate) fn table_peak_tflops(name: &str) -> Option<f64> {
+pub fn table_peak_tflops(name: &str) -> Option<f64> {
     lookup(
         name,
         &[

@@ -24,6 +24,7 @@ mod timed;
 pub mod timing;
 mod values;
 
+pub use device::{table_bandwidth, table_peak_tflops};
 pub use direct::DirectGpu;
 pub use driver::CudaError;
 pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor, GpuUnavailable};

@@ -1,4 +1,5 @@
-//! One task's check: its original on the smallest config's inputs, compared with the
+//! One task's check: its original on the smallest config's inputs, and on the inputs of each
+//! of its input regimes (on the smallest config the regime applies to), compared with the
 //! reference run on the GPU (or with reference values sampled there earlier), the NumPy twin
 //! with the PyTorch module where both can run, and the CPU twin of the input generator with
 //! the device's.
@@ -14,7 +15,7 @@ use crate::candidate::{Candidate, PlanLimits};
 use crate::compile::{CompileOutcome, Compiler};
 use crate::exec::{DirectGpu, ExecJob, JobParts, JobSide};
 use crate::inputs::{buffer_seed, HostInputs};
-use crate::task::{DType, Task};
+use crate::task::{DType, InputConfig, Regime, Task};
 
 /// How to check.
 #[derive(Debug, Clone)]
@@ -62,13 +63,29 @@ impl Samples {
     }
 }
 
+/// Sampled reference values per output buffer (by name): (element index, value).
+pub type BufferSamples = BTreeMap<String, Vec<(u64, Option<Exact>)>>;
+
 /// One task's sampled reference outputs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSamples {
     /// The config (the smallest).
     pub config: String,
-    /// Per output buffer: (element index, value; `None` where it is not finite).
-    pub buffers: BTreeMap<String, Vec<(u64, Option<Exact>)>>,
+    /// Per output buffer: (element index, value; `None` where it is not finite, in files
+    /// written before non-finite values were recorded as such).
+    pub buffers: BufferSamples,
+    /// Per input regime of the task (by name): the same, on the regime's inputs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub regimes: BTreeMap<String, RegimeSamples>,
+}
+
+/// One input regime's sampled reference outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegimeSamples {
+    /// The config (the smallest the regime applies to).
+    pub config: String,
+    /// Per output buffer: (element index, value; NaN and infinities included).
+    pub buffers: BufferSamples,
 }
 
 /// A double written as its shortest round-trip decimal text (`"0.02524677477777004"`), so
@@ -124,9 +141,47 @@ pub struct TaskCheck {
     pub generator: Vec<TwinCheck>,
     /// Why the check could not be completed.
     pub error: Option<String>,
+    /// The same check on each of the task's input regimes.
+    #[serde(default)]
+    pub regimes: Vec<RegimeCheck>,
 }
 
 impl TaskCheck {
+    /// Everything that was compared agreed and nothing failed, on the main inputs and on
+    /// every input regime.
+    pub fn passed(&self) -> bool {
+        self.error.is_none()
+            && self.outputs.iter().all(BufferCompare::clean)
+            && self.twin_vs_torch.iter().all(BufferCompare::clean)
+            && self.generator.iter().all(|g| g.differing == 0)
+            && self.regimes.iter().all(RegimeCheck::passed)
+    }
+}
+
+/// The original on one input regime of its task, on the smallest config the regime
+/// applies to: it must run (no crash, no time-out), and agree with the reference where
+/// there is one to compare with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegimeCheck {
+    /// The regime.
+    pub regime: String,
+    /// The config its original ran on.
+    pub config: String,
+    /// Seconds the original ran.
+    pub seconds: f64,
+    /// What the outputs were compared with (as [`TaskCheck::against`]).
+    pub against: String,
+    /// Per output buffer.
+    pub outputs: Vec<BufferCompare>,
+    /// The NumPy twin against the PyTorch module (both ran).
+    pub twin_vs_torch: Vec<BufferCompare>,
+    /// The CPU input generator against the device's, on the regime's distributions.
+    pub generator: Vec<TwinCheck>,
+    /// Why the check could not be completed.
+    pub error: Option<String>,
+}
+
+impl RegimeCheck {
     /// Everything that was compared agreed and nothing failed.
     pub fn passed(&self) -> bool {
         self.error.is_none()
@@ -168,11 +223,11 @@ fn against_reference(task: &Task, got: &OriginalOutputs, want: &[Vec<u8>]) -> Ve
         .collect()
 }
 
-/// Compares outputs with sampled reference values.
+/// Compares outputs with sampled reference values (per output buffer, by name).
 fn against_samples(
     task: &Task,
     got: &OriginalOutputs,
-    s: &TaskSamples,
+    samples: &BufferSamples,
 ) -> Result<Vec<BufferCompare>, String> {
     let mut out = Vec::new();
     for (i, (name, dtype, is_out)) in buffers(task).iter().enumerate() {
@@ -181,8 +236,7 @@ fn against_samples(
         }
         let g = got.buffers[i].as_deref().unwrap_or(&[]);
         let n = g.len() / dtype.size_bytes() as usize;
-        let want = s
-            .buffers
+        let want = samples
             .get(name)
             .ok_or_else(|| format!("the samples have no buffer `{name}`"))?;
         let mut c = BufferCompare::empty(name);
@@ -203,6 +257,33 @@ fn against_samples(
         out.push(c);
     }
     Ok(out)
+}
+
+/// Reference values of `want` at sampled positions, per output buffer (non-finite values
+/// kept as they are: a NaN must stay a NaN, an infinity keep its sign).
+fn sample_outputs(
+    task: &Task,
+    inputs: &HostInputs,
+    want: &[Vec<u8>],
+    per_buffer: usize,
+) -> BufferSamples {
+    let mut out = BTreeMap::new();
+    for (i, (name, dtype, is_out)) in buffers(task).iter().enumerate() {
+        if !is_out || per_buffer == 0 {
+            continue;
+        }
+        let idx = sample_indices(
+            inputs.values.lens[i],
+            per_buffer,
+            crate::inputs::mix64(i as u64),
+        );
+        let vals = idx
+            .into_iter()
+            .map(|k| (k, Some(Exact(element_f64(*dtype, &want[i], k as usize)))))
+            .collect();
+        out.insert(name.clone(), vals);
+    }
+    out
 }
 
 /// What the GPU side of a check needs.
@@ -257,15 +338,26 @@ fn reference_outputs(
     g.gpu.run_reference(&job, 0, &inputs.buffers)
 }
 
+/// One input set the original ran on: the config (index into `task.configs`), the
+/// inputs, and what the original wrote.
+struct Ran {
+    ci: usize,
+    inputs: HostInputs,
+    got: OriginalOutputs,
+}
+
 /// A task whose original has run (the CPU half of a check; `Send`, so that originals can
 /// run on worker threads while the GPU half runs where the device was opened).
 pub struct Prepared {
     check: TaskCheck,
-    ran: Option<(usize, HostInputs, OriginalOutputs)>,
+    ran: Option<Ran>,
+    /// Per input regime (as `task.regimes`), its run where it succeeded.
+    regimes: Vec<Option<Ran>>,
     seed: u64,
 }
 
-/// Runs the original (and the NumPy twin next to PyTorch) on the smallest config.
+/// Runs the original (and the NumPy twin next to PyTorch) on the smallest config, and on
+/// the smallest config of each input regime.
 pub fn prepare(
     task: &Task,
     tools: &Tools,
@@ -283,37 +375,90 @@ pub fn prepare(
         twin_vs_torch: Vec::new(),
         generator: Vec::new(),
         error: None,
+        regimes: Vec::new(),
     };
-    let ran = match run_side(task, tools, opts, seed, &mut check) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            check.error = Some(e);
-            None
+    check.engine = Some(tools.engine_for(task));
+    let ran = match smallest_config(task).ok_or_else(|| "the task has no configs".to_string()) {
+        Ok(cfg) => {
+            check.config = cfg.name.clone();
+            run_set(task, tools, opts, cfg, None, seed).map(|(r, twin)| {
+                check.seconds = r.got.seconds;
+                check.twin_vs_torch = twin;
+                r
+            })
         }
+        Err(e) => Err(e),
     };
-    Prepared { check, ran, seed }
+    let ran = ran.map_err(|e| check.error = Some(e)).ok();
+    let mut regimes = Vec::new();
+    for regime in &task.regimes {
+        let mut rc = RegimeCheck {
+            regime: regime.name.clone(),
+            config: String::new(),
+            seconds: 0.0,
+            against: "nothing".into(),
+            outputs: Vec::new(),
+            twin_vs_torch: Vec::new(),
+            generator: Vec::new(),
+            error: None,
+        };
+        let run = match smallest_config_of(task, regime) {
+            Some(cfg) => {
+                rc.config = cfg.name.clone();
+                run_set(task, tools, opts, cfg, Some(regime), seed)
+            }
+            None => Err("the regime applies to no config".into()),
+        };
+        regimes.push(match run {
+            Ok((r, twin)) => {
+                rc.seconds = r.got.seconds;
+                rc.twin_vs_torch = twin;
+                Some(r)
+            }
+            Err(e) => {
+                rc.error = Some(e);
+                None
+            }
+        });
+        check.regimes.push(rc);
+    }
+    Prepared {
+        check,
+        ran,
+        regimes,
+        seed,
+    }
 }
 
-fn run_side(
+/// The config an input regime's original runs on: the smallest (by buffer bytes) of those
+/// it applies to.
+pub fn smallest_config_of<'t>(task: &'t Task, regime: &Regime) -> Option<&'t InputConfig> {
+    task.configs
+        .iter()
+        .filter(|c| regime.applies_to(&c.name))
+        .min_by_key(|c| task.buffer_bytes(c).unwrap_or(u64::MAX))
+}
+
+/// Runs the original on one input set of `cfg` (the main distributions, or `regime`'s),
+/// and the NumPy twin next to PyTorch where both run.
+fn run_set(
     task: &Task,
     tools: &Tools,
     opts: &CheckOptions,
+    cfg: &InputConfig,
+    regime: Option<&Regime>,
     seed: u64,
-    out: &mut TaskCheck,
-) -> Result<(usize, HostInputs, OriginalOutputs), String> {
-    let cfg = smallest_config(task).ok_or("the task has no configs")?;
+) -> Result<(Ran, Vec<BufferCompare>), String> {
     let ci = task
         .configs
         .iter()
         .position(|c| c.name == cfg.name)
         .unwrap_or(0);
-    out.config = cfg.name.clone();
-    let inputs = HostInputs::generate(task, cfg, seed)?;
+    let inputs = HostInputs::generate_with(task, cfg, regime, seed)?;
     let engine = tools.engine_for(task);
-    out.engine = Some(engine);
     let got =
         run_original(task, cfg, &inputs, engine, tools, opts.limit).map_err(|e| e.to_string())?;
-    out.seconds = got.seconds;
+    let mut twin_vs_torch = Vec::new();
     if engine == Engine::Torch && task.numpy_twin.is_some() {
         let twin = run_original(task, cfg, &inputs, Engine::Numpy, tools, opts.limit)
             .map_err(|e| format!("NumPy twin: {e}"))?;
@@ -322,9 +467,9 @@ fn run_side(
             .iter()
             .map(|b| b.clone().unwrap_or_default())
             .collect();
-        out.twin_vs_torch = against_reference(task, &twin, &torch);
+        twin_vs_torch = against_reference(task, &twin, &torch);
     }
-    Ok((ci, inputs, got))
+    Ok((Ran { ci, inputs, got }, twin_vs_torch))
 }
 
 /// The GPU half: with `gpu`, the reference runs on the same inputs and the generator is
@@ -341,16 +486,95 @@ pub fn finish(
     let Prepared {
         mut check,
         ran,
+        regimes,
         seed,
     } = prepared;
-    if let Some((ci, inputs, got)) = ran {
-        if let Err(e) = compare_side(
-            task, ci, &inputs, &got, seed, opts, gpu, samples, record, &mut check,
-        ) {
-            check.error = Some(e);
+    let task_samples = samples.and_then(|s| s.tasks.get(&task.id));
+    let mut recorded: Option<TaskSamples> = None;
+    if let Some(r) = ran {
+        let mut side = Side::default();
+        match compare_side(task, &r, seed, opts, gpu, &mut side) {
+            Ok(()) if gpu.is_none() => {
+                if let Some(s) = task_samples {
+                    match against_config_samples(task, &r, &s.config, &s.buffers) {
+                        Ok(outputs) => {
+                            check.against = "samples".into();
+                            check.outputs = outputs;
+                        }
+                        Err(e) => check.error = Some(e),
+                    }
+                }
+            }
+            Ok(()) => {
+                check.against = "reference".into();
+                check.outputs = side.outputs;
+                check.generator = side.generator;
+                recorded = side.samples.map(|buffers| TaskSamples {
+                    config: check.config.clone(),
+                    buffers,
+                    regimes: BTreeMap::new(),
+                });
+            }
+            Err(e) => check.error = Some(e),
         }
     }
+    for (rc, (ran, regime)) in check
+        .regimes
+        .iter_mut()
+        .zip(regimes.into_iter().zip(&task.regimes))
+    {
+        let Some(r) = ran else { continue };
+        let mut side = Side::default();
+        match compare_side(task, &r, seed, opts, gpu, &mut side) {
+            Ok(()) if gpu.is_none() => {
+                if let Some(s) = task_samples.and_then(|s| s.regimes.get(&regime.name)) {
+                    match against_config_samples(task, &r, &s.config, &s.buffers) {
+                        Ok(outputs) => {
+                            rc.against = "samples".into();
+                            rc.outputs = outputs;
+                        }
+                        Err(e) => rc.error = Some(format!("regime `{}`: {e}", regime.name)),
+                    }
+                }
+            }
+            Ok(()) => {
+                rc.against = "reference".into();
+                rc.outputs = side.outputs;
+                rc.generator = side.generator;
+                if let (Some(t), Some(buffers)) = (recorded.as_mut(), side.samples) {
+                    t.regimes.insert(
+                        regime.name.clone(),
+                        RegimeSamples {
+                            config: rc.config.clone(),
+                            buffers,
+                        },
+                    );
+                }
+            }
+            Err(e) => rc.error = Some(e),
+        }
+    }
+    if let (Some(rec), Some(t)) = (record, recorded) {
+        rec.seed = seed;
+        rec.tasks.insert(task.id.clone(), t);
+    }
     check
+}
+
+/// Compares a run with samples taken on `config`.
+fn against_config_samples(
+    task: &Task,
+    r: &Ran,
+    config: &str,
+    samples: &BufferSamples,
+) -> Result<Vec<BufferCompare>, String> {
+    let now = &task.configs[r.ci].name;
+    if config != now {
+        return Err(format!(
+            "the samples are for config `{config}`, the smallest config is now `{now}`"
+        ));
+    }
+    against_samples(task, &r.got, samples)
 }
 
 /// Both halves in this thread.
@@ -406,80 +630,52 @@ pub fn check_tasks(
     results.into_iter().flatten().collect()
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the GPU half found for one input set.
+#[derive(Default)]
+struct Side {
+    outputs: Vec<BufferCompare>,
+    generator: Vec<TwinCheck>,
+    samples: Option<BufferSamples>,
+}
+
+/// With `gpu`: the device generator against the CPU twin on this input set's fills, then
+/// the reference on the same inputs against the original (and samples of its outputs when
+/// `opts.samples_per_buffer` > 0). Without, nothing.
 fn compare_side(
     task: &Task,
-    ci: usize,
-    inputs: &HostInputs,
-    got: &OriginalOutputs,
+    r: &Ran,
     seed: u64,
     opts: &CheckOptions,
     gpu: Option<&GpuCheck<'_>>,
-    samples: Option<&Samples>,
-    record: Option<&mut Samples>,
-    out: &mut TaskCheck,
+    out: &mut Side,
 ) -> Result<(), String> {
-    let cfg = &task.configs[ci];
-    if let Some(g) = gpu {
-        let bufs = buffers(task);
-        for (i, f) in inputs.values.fills.iter().enumerate() {
-            let (Some(f), Some(host)) = (f, &inputs.buffers[i]) else {
-                continue;
-            };
-            let (name, dtype, _) = &bufs[i];
-            let dev = g
-                .gpu
-                .device_fill(*dtype, inputs.values.lens[i], buffer_seed(seed, i), f)?;
-            let w = dtype.size_bytes() as usize;
-            let differing = dev
-                .chunks(w)
-                .zip(host.chunks(w))
-                .filter(|(a, b)| a != b)
-                .count() as u64;
-            out.generator.push(TwinCheck {
-                buffer: name.clone(),
-                elements: inputs.values.lens[i],
-                differing,
-            });
-        }
-        let want = reference_outputs(task, ci, inputs, g, seed)?;
-        out.against = "reference".into();
-        out.outputs = against_reference(task, got, &want);
-        if let Some(rec) = record {
-            let mut ts = TaskSamples {
-                config: cfg.name.clone(),
-                buffers: BTreeMap::new(),
-            };
-            for (i, (name, dtype, is_out)) in bufs.iter().enumerate() {
-                if !is_out || opts.samples_per_buffer == 0 {
-                    continue;
-                }
-                let idx = sample_indices(
-                    inputs.values.lens[i],
-                    opts.samples_per_buffer,
-                    crate::inputs::mix64(i as u64),
-                );
-                let vals = idx
-                    .into_iter()
-                    .map(|k| {
-                        let v = element_f64(*dtype, &want[i], k as usize);
-                        (k, v.is_finite().then_some(Exact(v)))
-                    })
-                    .collect();
-                ts.buffers.insert(name.clone(), vals);
-            }
-            rec.seed = seed;
-            rec.tasks.insert(task.id.clone(), ts);
-        }
-    } else if let Some(s) = samples.and_then(|s| s.tasks.get(&task.id)) {
-        if s.config != cfg.name {
-            return Err(format!(
-                "the samples are for config `{}`, the smallest config is now `{}`",
-                s.config, cfg.name
-            ));
-        }
-        out.against = "samples".into();
-        out.outputs = against_samples(task, got, s)?;
+    let Some(g) = gpu else { return Ok(()) };
+    let inputs = &r.inputs;
+    let bufs = buffers(task);
+    for (i, f) in inputs.values.fills.iter().enumerate() {
+        let (Some(f), Some(host)) = (f, &inputs.buffers[i]) else {
+            continue;
+        };
+        let (name, dtype, _) = &bufs[i];
+        let dev = g
+            .gpu
+            .device_fill(*dtype, inputs.values.lens[i], buffer_seed(seed, i), f)?;
+        let w = dtype.size_bytes() as usize;
+        let differing = dev
+            .chunks(w)
+            .zip(host.chunks(w))
+            .filter(|(a, b)| a != b)
+            .count() as u64;
+        out.generator.push(TwinCheck {
+            buffer: name.clone(),
+            elements: inputs.values.lens[i],
+            differing,
+        });
+    }
+    let want = reference_outputs(task, r.ci, inputs, g, seed)?;
+    out.outputs = against_reference(task, &r.got, &want);
+    if opts.samples_per_buffer > 0 {
+        out.samples = Some(sample_outputs(task, inputs, &want, opts.samples_per_buffer));
     }
     Ok(())
 }

@@ -18,8 +18,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub use check::{
-    check_task, check_tasks, finish, prepare, CheckOptions, Exact, GpuCheck, Prepared, Samples,
-    TaskCheck, TaskSamples, TwinCheck,
+    check_task, check_tasks, finish, prepare, smallest_config_of, BufferSamples, CheckOptions,
+    Exact, GpuCheck, Prepared, RegimeCheck, RegimeSamples, Samples, TaskCheck, TaskSamples,
+    TwinCheck,
 };
 pub use compare::{compare, element_f64, BufferCompare};
 pub use python::torch_eager_ms;

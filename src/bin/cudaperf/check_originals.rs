@@ -7,7 +7,9 @@ use std::time::Duration;
 use cudaperf::compile::{CompileOptions, Compiler, Isolation};
 use cudaperf::dataset::Dataset;
 use cudaperf::exec::DirectGpu;
-use cudaperf::originals::{self, CheckOptions, GpuCheck, Samples, TaskCheck, Tools};
+use cudaperf::originals::{
+    self, BufferCompare, CheckOptions, GpuCheck, Samples, TaskCheck, Tools, TwinCheck,
+};
 use cudaperf::task::{Task, TaskKind};
 
 /// `cudaperf dataset check-originals`.
@@ -56,37 +58,65 @@ fn chosen(dir: &std::path::Path, only: &Option<String>) -> Result<Vec<Task>, Str
         .collect()
 }
 
+/// What failed in one input set's comparisons, as "buffer: ..." parts.
+fn mismatches(
+    outputs: &[BufferCompare],
+    twin_vs_torch: &[BufferCompare],
+    generator: &[TwinCheck],
+) -> Vec<String> {
+    let mut parts = Vec::new();
+    for b in outputs.iter().filter(|b| !b.clean()) {
+        parts.push(format!(
+            "{}: {}/{} differ, first {:?}, max abs {:.3e}",
+            b.buffer, b.mismatches, b.elements, b.first, b.max_abs
+        ));
+    }
+    for b in twin_vs_torch.iter().filter(|b| !b.clean()) {
+        parts.push(format!(
+            "numpy twin vs torch {}: {}/{} differ, first {:?}",
+            b.buffer, b.mismatches, b.elements, b.first
+        ));
+    }
+    for g in generator.iter().filter(|g| g.differing > 0) {
+        parts.push(format!(
+            "generator {}: {}/{} elements differ from the device's",
+            g.buffer, g.differing, g.elements
+        ));
+    }
+    parts
+}
+
 fn line(c: &TaskCheck) -> String {
     let engine = c.engine.map_or("-".to_string(), |e| e.to_string());
+    let regimes = if c.regimes.is_empty() {
+        String::new()
+    } else {
+        let compared = c.regimes.iter().filter(|r| r.against != "nothing").count();
+        format!("; regimes: {} ran, {compared} compared", c.regimes.len())
+    };
     let verdict = if let Some(e) = &c.error {
         format!("ERROR {}", e.lines().next().unwrap_or(""))
     } else if !c.passed() {
-        let mut parts = Vec::new();
-        for b in c.outputs.iter().filter(|b| !b.clean()) {
-            parts.push(format!(
-                "{}: {}/{} differ, first {:?}, max abs {:.3e}",
-                b.buffer, b.mismatches, b.elements, b.first, b.max_abs
-            ));
-        }
-        for b in c.twin_vs_torch.iter().filter(|b| !b.clean()) {
-            parts.push(format!(
-                "numpy twin vs torch {}: {}/{} differ, first {:?}",
-                b.buffer, b.mismatches, b.elements, b.first
-            ));
-        }
-        for g in c.generator.iter().filter(|g| g.differing > 0) {
-            parts.push(format!(
-                "generator {}: {}/{} elements differ from the device's",
-                g.buffer, g.differing, g.elements
-            ));
+        let mut parts = mismatches(&c.outputs, &c.twin_vs_torch, &c.generator);
+        for r in c.regimes.iter().filter(|r| !r.passed()) {
+            let what = match &r.error {
+                Some(e) => e.lines().next().unwrap_or("").to_string(),
+                None => mismatches(&r.outputs, &r.twin_vs_torch, &r.generator).join("; "),
+            };
+            parts.push(format!("regime `{}` on `{}`: {what}", r.regime, r.config));
         }
         format!("MISMATCH {}", parts.join("; "))
     } else if c.against == "nothing" {
-        "ran (nothing to compare with here: give --gpu or --samples)".to_string()
+        format!("ran{regimes} (nothing to compare with here: give --gpu or --samples)")
     } else {
-        let worst = c.outputs.iter().map(|b| b.max_abs).fold(0.0f64, f64::max);
-        let n: u64 = c.outputs.iter().map(|b| b.elements).sum();
-        format!("ok ({n} elements, max abs diff {worst:.2e})")
+        let all = || {
+            c.outputs
+                .iter()
+                .chain(c.regimes.iter().flat_map(|r| &r.outputs))
+        };
+        let worst = all().map(|b| b.max_abs).fold(0.0f64, f64::max);
+        let n: u64 = all().map(|b| b.elements).sum();
+        format!("ok ({n} elements, max abs diff {worst:.2e}{regimes})")
     };
     format!(
         "{:<28} {:<12} {:<6} {:>7.2}s vs {:<9} {verdict}",
