@@ -402,26 +402,25 @@ fn timeouts_are_the_candidates_alone_and_in_group_jobs() {
     let hang = read("fixtures/hostile/infinite_loop.cu");
     let slow = read("fixtures/hostile/slow_each_run.cu");
     let honest = read("fixtures/tasks/vector_add/vectorized_float4.cu");
-    let started = std::time::Instant::now();
-    let alone = e.evaluate(&t, &hang, Stage::Timing);
-    println!(
-        "hang alone: {} in {:.1} s",
-        alone.verdict(),
-        started.elapsed().as_secs_f64()
-    );
-    assert_eq!(
-        alone.verdict(),
-        Verdict::Timeout,
-        "{:?}",
-        alone.stages.execute
-    );
-    let group = [hang.clone(), slow.clone(), honest.clone(), honest.clone()];
+    // The group first, so that no member is answered from an earlier evaluation: a hang, a
+    // member whose runs each take 2 s (under the 4 s run limit) until its 7 s budget is
+    // spent, and honest members.
+    let group = [hang.clone(), slow, honest.clone(), honest];
     let started = std::time::Instant::now();
     let evals = e.evaluate_batch(&t, &group, Stage::Timing);
     let verdicts: Vec<Verdict> = evals.iter().map(|ev| ev.verdict()).collect();
+    let status = |ev: &cudaperf::reward::Evaluation| {
+        ev.stages
+            .execute
+            .as_ref()
+            .map(|x| serde_json::to_string(&x.status).unwrap_or_default())
+            .unwrap_or_default()
+    };
     println!(
-        "group [hang, slow, honest, honest]: {verdicts:?} in {:.1} s",
-        started.elapsed().as_secs_f64()
+        "group [hang, slow, honest, honest]: {verdicts:?} in {:.1} s ({} | {})",
+        started.elapsed().as_secs_f64(),
+        status(&evals[0]),
+        status(&evals[1])
     );
     assert_eq!(
         verdicts,
@@ -437,12 +436,25 @@ fn timeouts_are_the_candidates_alone_and_in_group_jobs() {
             .map(|ev| &ev.stages.execute)
             .collect::<Vec<_>>()
     );
-    let members = evals[0]
-        .stages
-        .execute
-        .as_ref()
-        .map_or(0, |x| x.job_members);
-    assert!(members > 1, "the group ran as one job ({members} members)");
+    for ev in &evals[..3] {
+        let members = ev.stages.execute.as_ref().map_or(0, |x| x.job_members);
+        assert_eq!(members, 3, "one job of the 3 distinct members");
+    }
+    // The slow member was stopped on its budget (7 s), not its run limit (4 s).
+    assert!(status(&evals[1]).contains("7000"), "{}", status(&evals[1]));
+    // And a hang alone (a source of its own: no remembered evaluation) is a timeout too.
+    let alone = Submission::from_source(format!(
+        "{}\n// alone\n",
+        common_read("fixtures/hostile/infinite_loop.cu")
+    ));
+    let started = std::time::Instant::now();
+    let ev = e.evaluate(&t, &alone, Stage::Timing);
+    println!(
+        "hang alone: {} in {:.1} s",
+        ev.verdict(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(ev.verdict(), Verdict::Timeout, "{:?}", ev.stages.execute);
 }
 
 fn common_read(rel: &str) -> String {
@@ -531,6 +543,7 @@ extern "C" __global__ void probe(unsigned long long addr, float* own) {
                 }],
                 zero: vec![],
                 used: vec![],
+                scrub: false,
                 flush_bytes: 0,
                 flush_value: 0,
             },

@@ -745,6 +745,18 @@ pub unsafe fn launch_params(
     .during(what)
 }
 
+/// Bytes of local memory (stack frame and spills) one thread of `f` uses.
+pub fn local_bytes(f: sys::CUfunction) -> Result<i32, CudaError> {
+    // SAFETY: valid function.
+    unsafe {
+        result::function::get_function_attribute(
+            f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+        )
+    }
+    .during(|| "cuFuncGetAttribute(LOCAL_SIZE_BYTES)".into())
+}
+
 /// Blocks per multiprocessor the driver reports for a launch shape.
 pub fn occupancy_blocks(
     f: sys::CUfunction,

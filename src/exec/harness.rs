@@ -99,6 +99,8 @@ pub(crate) struct Member {
     pub gpu_ms: f64,
     /// Wall time of its runner's calls so far (load, allocation, runs): its own budget.
     pub spent: Duration,
+    /// The config its buffers' slack was last zeroed for.
+    pub slack_zeroed: Option<usize>,
 }
 
 impl Member {
@@ -160,9 +162,9 @@ pub(crate) struct InputSet {
     pub seed: u64,
     /// The config's regime that fills it (`None`: the main distributions).
     pub regime: Option<usize>,
-    /// The precision probe: `None` off; `Some(None)` its base set (every probed input with
-    /// the first draw of its low-order bits); `Some(Some(j))` input `j` with the second.
-    pub probe: Option<Option<usize>>,
+    /// The precision probe: `None` off; `Some(false)` its base set (every probed input with
+    /// the first draw of its low-order bits); `Some(true)` every probed input with the second.
+    pub probe: Option<bool>,
 }
 
 impl InputSet {
@@ -421,6 +423,9 @@ pub(crate) struct SidePlan {
     pub launches: Vec<RunLaunch>,
     pub zero: Vec<ZeroRange>,
     pub used: Vec<u64>,
+    /// The config (index into the job's) and whether it is the timed one.
+    pub config: usize,
+    pub timed: bool,
 }
 
 /// The runner launches of every side of one config, built once for its checks and timing.
@@ -430,8 +435,13 @@ pub(crate) struct ConfigPlans {
 }
 
 impl ConfigPlans {
-    pub fn new(job: &ExecJob, c: &JobConfig) -> ConfigPlans {
-        let mut reference = SidePlan::new(job, c, &c.reference, &job.reference.scratch);
+    pub fn new(job: &ExecJob, k: usize, c: &JobConfig) -> ConfigPlans {
+        let side = |plan: &ResolvedPlan, scratch: &[DType]| SidePlan {
+            config: k,
+            timed: k == job.timing_config,
+            ..SidePlan::new(job, c, plan, scratch)
+        };
+        let mut reference = side(&c.reference, &job.reference.scratch);
         reference.used.clear();
         ConfigPlans {
             reference,
@@ -439,7 +449,7 @@ impl ConfigPlans {
                 .candidates
                 .iter()
                 .zip(&job.candidates)
-                .map(|(p, m)| SidePlan::new(job, c, p, &m.scratch))
+                .map(|(p, m)| side(p, &m.scratch))
                 .collect(),
         }
     }
@@ -461,6 +471,8 @@ impl SidePlan {
                 })
                 .collect(),
             used: side_bytes(job, c, plan, scratch),
+            config: 0,
+            timed: false,
         }
     }
 }
@@ -628,6 +640,7 @@ impl Harness {
                     timing: None,
                     gpu_ms: 0.0,
                     spent: Duration::ZERO,
+                    slack_zeroed: None,
                 })
                 .collect(),
             runs_ms: 0.0,
@@ -859,7 +872,7 @@ impl Harness {
                 break;
             }
             mem.pristine_set.set(None);
-            let plans = ConfigPlans::new(job, c);
+            let plans = ConfigPlans::new(job, k, c);
             let t = Instant::now();
             self.check_config(st, k, c, &mem, &plans)?;
             st.trace.check_ms += ms_since(t);
@@ -1076,7 +1089,7 @@ impl Harness {
                         .fill(dst.slice(), b.dtype, c.lens[i], seed, f, stream),
                 )?;
                 if let (Some(changed), Some(Some(bits))) = (set.probe, c.probes.get(i)) {
-                    let draw = u64::from(changed == Some(i));
+                    let draw = u64::from(changed);
                     let seed = super::timing::derive_seed(seed, super::timing::domain::PROBE, draw);
                     ours(self.support.perturb(
                         dst.slice(),
@@ -1177,8 +1190,7 @@ impl Harness {
                     .reference
                     .run(
                         plan.launches.clone(),
-                        plan.zero.clone(),
-                        plan.used.clone(),
+                        (plan.zero.clone(), plan.used.clone(), false),
                         flush,
                         limit,
                     )
@@ -1190,11 +1202,19 @@ impl Harness {
                 let Some(limit) = st.member_limit(i)? else {
                     return Ok(SideRun::MemberStopped);
                 };
+                // The slack past what the config uses is zeroed before its first run and
+                // before every run of the timed config: state kept between the untimed runs
+                // of one config serves nothing that counts.
+                let used = if plan.timed || st.members[i].slack_zeroed != Some(plan.config) {
+                    st.members[i].slack_zeroed = Some(plan.config);
+                    plan.used.clone()
+                } else {
+                    Vec::new()
+                };
                 let t = Instant::now();
                 let out = self.runners[i].run(
                     plan.launches.clone(),
-                    plan.zero.clone(),
-                    plan.used.clone(),
+                    (plan.zero.clone(), used, true),
                     flush,
                     limit.limit,
                 );

@@ -455,10 +455,18 @@ impl ExecJob {
                 scalars,
                 fills,
             } = ConfigValues::of(task, cfg).map_err(BuildError::Reference)?;
+            // A regime runs on the configs it lists, or else on the timed one: a kernel
+            // that is wrong in general fails it there, where its speed would count.
             let regimes = task
                 .regimes
                 .iter()
-                .filter(|r| r.applies_to(&cfg.name))
+                .filter(|r| {
+                    if r.configs.is_empty() {
+                        k == timing_config
+                    } else {
+                        r.applies_to(&cfg.name)
+                    }
+                })
                 .map(|r| {
                     Ok(JobRegime {
                         name: r.name.clone(),

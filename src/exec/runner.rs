@@ -103,6 +103,10 @@ pub enum RunnerCmd {
         /// there can serve a later run (empty: nothing zeroed).
         #[serde(default)]
         used: Vec<u64>,
+        /// Overwrite the context's shared memory and the loaded kernels' local memory before
+        /// the run (untimed), so nothing an earlier run left there can be read.
+        #[serde(default)]
+        scrub: bool,
         /// Bytes of the L2 flush before the start event (0: none).
         flush_bytes: u64,
         /// The word the flush writes (different each time, so it cannot be skipped).
@@ -176,6 +180,10 @@ struct RunnerState {
     functions: Vec<sys::CUfunction>,
     /// What the module was loaded from, when it is reloaded before every run.
     image: Option<(Vec<u8>, Vec<String>)>,
+    /// The largest local memory (stack frame and spills) of the loaded kernels, bytes.
+    local_frame: u32,
+    /// The scrub kernels, built at the first run that asks for them.
+    scrubber: Option<Result<Scrubber, String>>,
     /// Runs since the module was (re)loaded.
     runs_since_load: u32,
     buffers: Vec<DeviceBuffer>,
@@ -194,6 +202,8 @@ impl RunnerState {
             module: None,
             functions: Vec::new(),
             image: None,
+            local_frame: 0,
+            scrubber: None,
             runs_since_load: 0,
             buffers: Vec::new(),
             flush: None,
@@ -239,6 +249,12 @@ impl RunnerState {
             .iter()
             .map(|s| module.function(s))
             .collect::<Result<_, _>>()?;
+        self.local_frame = self
+            .functions
+            .iter()
+            .map(|&f| driver::local_bytes(f).unwrap_or(0).max(0) as u32)
+            .max()
+            .unwrap_or(0);
         self.module = Some(module);
         self.runs_since_load = 0;
         Ok(())
@@ -306,21 +322,39 @@ impl RunnerState {
         Ok((handles, self.buffers.iter().map(|b| b.ptr).collect()))
     }
 
+    /// The scrub kernels for this context (built once; `Err` says why they cannot be).
+    fn scrubber(&mut self) -> Result<&Scrubber, String> {
+        let gpu = &self.gpu;
+        self.scrubber
+            .get_or_insert_with(|| Scrubber::new(gpu))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
         launches: &[RunLaunch],
         zero: &[ZeroRange],
         used: &[u64],
+        scrub: bool,
         flush_bytes: u64,
         flush_value: u32,
-    ) -> Result<(f64, f64), CudaError> {
+    ) -> Result<(f64, f64), RunFailure> {
         // Nothing a kernel left behind in an earlier run may serve this one: the module's
-        // data starts as loaded, and what lies past this configuration's bytes is zeroed.
+        // data starts as loaded, what lies past this configuration's bytes is zeroed, and
+        // so are the context's shared memory and the kernels' local memory.
         let reload_ms = self.refresh_module()?;
         self.runs_since_load += 1;
         let stream = self.gpu.stream();
         for (b, &u) in self.buffers.iter().zip(used) {
             b.mapped().past(u).memset(0, stream)?;
+        }
+        if scrub {
+            let frame = self.local_frame;
+            self.scrubber()
+                .map_err(RunFailure::Ours)?
+                .scrub(frame, stream)?;
         }
         if flush_bytes > 0
             && self
@@ -368,6 +402,122 @@ impl RunnerState {
 impl Drop for RunnerState {
     fn drop(&mut self) {
         self.free_buffers();
+    }
+}
+
+/// Why a run failed: a CUDA call (the kernels' doing, unless proven otherwise) or ours (the
+/// scrub kernels could not be built).
+enum RunFailure {
+    Cuda(CudaError),
+    Ours(String),
+}
+
+impl From<CudaError> for RunFailure {
+    fn from(e: CudaError) -> Self {
+        RunFailure::Cuda(e)
+    }
+}
+
+/// The scrub kernels (`scrub.cu`) of one runner's context, compiled for its device.
+struct Scrubber {
+    shared: sys::CUfunction,
+    /// (local bytes per thread it overwrites, kernel), smallest first.
+    local: Vec<(u32, sys::CUfunction)>,
+    sms: u32,
+    threads_per_sm: u32,
+    shared_bytes: u32,
+    sink: DeviceBuffer,
+    // Last: the functions above belong to it.
+    _module: Module,
+}
+
+const SCRUB_SOURCE: &str = include_str!("scrub.cu");
+
+impl Scrubber {
+    fn new(gpu: &Gpu) -> Result<Scrubber, String> {
+        use sys::CUdevice_attribute as A;
+        let attr = |a: A| gpu.attribute(a).map_err(|e| e.to_string());
+        let arch = format!(
+            "sm_{}{}",
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
+        );
+        let lib = crate::compile::nvrtc::load().map_err(|e| e.to_string())?;
+        let mut flags = vec![format!("-arch={arch}")];
+        if let Some(dir) = &lib.include_dir {
+            flags.push(format!("-I{}", dir.display()));
+        }
+        let out = crate::compile::nvrtc::compile(SCRUB_SOURCE, "cudaperf_scrub.cu", &flags, &[])
+            .map_err(|e| e.to_string())?;
+        if !out.ok {
+            return Err(format!(
+                "the runner's scrub kernels failed to compile: {}",
+                out.log
+            ));
+        }
+        let module = gpu
+            .load_module(&out.cubin, "scrub kernels")
+            .map_err(|e| e.to_string())?;
+        let f = |n: &str| module.function(n).map_err(|e| e.to_string());
+        let local = vec![
+            (1 << 10, f("scrub_local_1k")?),
+            (4 << 10, f("scrub_local_4k")?),
+            (16 << 10, f("scrub_local_16k")?),
+            (64 << 10, f("scrub_local_64k")?),
+        ];
+        Ok(Scrubber {
+            shared: f("scrub_shared")?,
+            local,
+            sms: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32,
+            threads_per_sm: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?.max(32)
+                as u32,
+            shared_bytes: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?.max(0)
+                as u32,
+            sink: gpu.alloc(4, "scrub sink").map_err(|e| e.to_string())?,
+            _module: module,
+        })
+    }
+
+    /// Overwrites every SM's shared memory and, when the candidate's kernels use local
+    /// memory (`frame` bytes per thread), every thread slot's first `frame` bytes of it:
+    /// blocks enough to occupy every SM twice over.
+    fn scrub(&self, frame: u32, stream: sys::CUstream) -> Result<(), CudaError> {
+        let words = self.shared_bytes / 4;
+        driver::launch(
+            self.shared,
+            [2 * self.sms, 1, 1],
+            [1024, 1, 1],
+            self.shared_bytes,
+            stream,
+            &mut [super::values::arg_i32(words as i32)],
+            || "scrubbing shared memory".into(),
+        )?;
+        if frame > 0 {
+            // The smallest kernel that covers the frame (the largest when none does:
+            // frames past 64 KiB per thread are not covered, see docs/threat-model.md).
+            let (_, f) = self
+                .local
+                .iter()
+                .find(|(bytes, _)| *bytes >= frame)
+                .or(self.local.last())
+                .copied()
+                .ok_or_else(|| CudaError {
+                    code: -1,
+                    name: "NO_SCRUBBER".into(),
+                    during: "scrubbing local memory".into(),
+                })?;
+            let blocks = 2 * self.sms * (self.threads_per_sm / 256).max(1);
+            driver::launch(
+                f,
+                [blocks, 1, 1],
+                [256, 1, 1],
+                0,
+                stream,
+                &mut [super::values::arg_u64(self.sink.ptr)],
+                || "scrubbing local memory".into(),
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -424,11 +574,13 @@ impl Handler for RunnerHandler {
                 launches,
                 zero,
                 used,
+                scrub,
                 flush_bytes,
                 flush_value,
-            } => match state.run(&launches, &zero, &used, flush_bytes, flush_value) {
+            } => match state.run(&launches, &zero, &used, scrub, flush_bytes, flush_value) {
                 Ok((millis, reload_ms)) => Handled::ok(RunnerReply::Ran { millis, reload_ms }),
-                Err(e) => failed(e),
+                Err(RunFailure::Cuda(e)) => failed(e),
+                Err(RunFailure::Ours(reason)) => Handled::refused(reason),
             },
             RunnerCmd::Occupancy { queries } => Handled::ok(RunnerReply::Occupancy {
                 blocks: queries
@@ -636,11 +788,12 @@ impl RunnerClient {
     }
 
     /// One timed run; returns its milliseconds and those of reloading the module first.
+    /// With `scrub` the runner first overwrites what an earlier run could have left in the
+    /// context's shared and local memory.
     pub fn run(
         &mut self,
         launches: Vec<RunLaunch>,
-        zero: Vec<ZeroRange>,
-        used: Vec<u64>,
+        (zero, used, scrub): (Vec<ZeroRange>, Vec<u64>, bool),
         flush: (u64, u32),
         limit: Duration,
     ) -> Result<(f64, f64), RunnerFault> {
@@ -648,6 +801,7 @@ impl RunnerClient {
             launches,
             zero,
             used,
+            scrub,
             flush_bytes: flush.0,
             flush_value: flush.1,
         };
@@ -666,6 +820,42 @@ impl RunnerClient {
         match self.call(&RunnerCmd::Occupancy { queries }, limit)? {
             RunnerReply::Occupancy { blocks } => Ok(blocks),
             other => Err(Self::unexpected(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scrub kernels compile with NVRTC (no GPU needed), one local-memory kernel per
+    /// frame size, each with the stack frame it claims.
+    #[test]
+    fn scrub_kernels_compile_for_hopper() {
+        let lib = crate::compile::nvrtc::load().expect("NVRTC");
+        let mut flags = vec!["-arch=sm_90".to_string(), "-Xptxas=-v".to_string()];
+        if let Some(dir) = &lib.include_dir {
+            flags.push(format!("-I{}", dir.display()));
+        }
+        let out = crate::compile::nvrtc::compile(SCRUB_SOURCE, "scrub.cu", &flags, &[])
+            .expect("NVRTC runs");
+        assert!(out.ok, "{}", out.log);
+        for (kernel, frame) in [
+            ("scrub_local_1k", 1024),
+            ("scrub_local_4k", 4096),
+            ("scrub_local_16k", 16384),
+            ("scrub_local_64k", 65536),
+        ] {
+            let line = out
+                .log
+                .lines()
+                .skip_while(|l| !l.contains(kernel))
+                .find(|l| l.contains("stack frame"))
+                .unwrap_or_else(|| panic!("no frame line for {kernel} in {}", out.log));
+            assert!(
+                line.contains(&format!("{frame} bytes stack frame")),
+                "{line}"
+            );
         }
     }
 }

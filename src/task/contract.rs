@@ -131,7 +131,8 @@ impl PrecisionContract {
 }
 
 /// An input regime (`[[regimes]]`): other distributions for some inputs, on which every job
-/// also checks correctness (timing keeps the main distribution).
+/// also checks correctness, once per config it runs on (timing keeps the main
+/// distribution).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Regime {
@@ -140,7 +141,8 @@ pub struct Regime {
     /// What in the task's semantics this regime exercises.
     #[serde(default)]
     pub why: String,
-    /// The configs it runs on (empty: all).
+    /// The configs it runs on (empty: the timed config, where a kernel that is wrong in
+    /// general would earn its speed; its bounds must evaluate on every config).
     #[serde(default)]
     pub configs: Vec<String>,
     /// Distributions replacing the main ones, per input buffer (the others keep theirs).
@@ -149,7 +151,8 @@ pub struct Regime {
 }
 
 impl Regime {
-    /// Whether the regime runs on config `name`.
+    /// Whether config `name` is one the regime can run on (all configs when it lists none;
+    /// a job then runs it on the timed one).
     pub fn applies_to(&self, config: &str) -> bool {
         self.configs.is_empty() || self.configs.iter().any(|c| c == config)
     }
