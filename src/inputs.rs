@@ -113,13 +113,15 @@ pub fn fill_value(i: u64, n: u64, seed: u64, f: &Fill, dtype: DType) -> f64 {
     }
 }
 
-/// Appends `v` converted as the device's `from_double<T>` does (a NaN narrowed on the device
-/// becomes the canonical NaN with every mantissa bit set).
+/// Appends `v` converted as the device's `from_double<T>` does; a NaN (only special values
+/// are NaN) as the type's quiet NaN, as the device's `typed_nan<T>` writes it.
 fn push_as(out: &mut Vec<u8>, dtype: DType, v: f64) {
     if v.is_nan() {
         match dtype {
-            DType::F32 => return out.extend_from_slice(&0x7FFF_FFFFu32.to_le_bytes()),
-            DType::F16 | DType::Bf16 => return out.extend_from_slice(&0x7FFFu16.to_le_bytes()),
+            DType::F32 => return out.extend_from_slice(&0x7FC0_0000u32.to_le_bytes()),
+            DType::F64 => return out.extend_from_slice(&0x7FF8_0000_0000_0000u64.to_le_bytes()),
+            DType::F16 => return out.extend_from_slice(&0x7E00u16.to_le_bytes()),
+            DType::Bf16 => return out.extend_from_slice(&0x7FC0u16.to_le_bytes()),
             _ => {}
         }
     }

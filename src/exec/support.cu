@@ -58,6 +58,15 @@ template <> __device__ __forceinline__ double min_normal<__half>() { return 6.10
 template <> __device__ __forceinline__ double min_normal<double>() { return 2.2250738585072014e-308; }
 template <typename T> __device__ __forceinline__ double min_normal() { return 0.0; }
 
+// A NaN of the special values: fill_value stores it as the type's own quiet NaN (typed_nan),
+// not through a conversion, so the CPU twin writes the same bits.
+__device__ __forceinline__ double nan_marker() { return __longlong_as_double(0x7FF8000000000000LL); }
+template <typename T> __device__ __forceinline__ T typed_nan() { return T(0); }
+template <> __device__ __forceinline__ float typed_nan<float>() { return __int_as_float(0x7FC00000); }
+template <> __device__ __forceinline__ double typed_nan<double>() { return __longlong_as_double(0x7FF8000000000000LL); }
+template <> __device__ __forceinline__ __half typed_nan<__half>() { return __ushort_as_half((unsigned short)0x7E00u); }
+template <> __device__ __forceinline__ __nv_bfloat16 typed_nan<__nv_bfloat16>() { return __ushort_as_bfloat16((unsigned short)0x7FC0u); }
+
 // The special value element i takes instead of its drawn one (special: 1 NaN, 2 +Inf,
 // 4 -Inf, 8 -0.0, 16 denormal of T), with probability rate; false when it keeps its own.
 template <typename T>
@@ -74,7 +83,7 @@ __device__ __forceinline__ bool special_value(unsigned long long i, unsigned lon
         }
     }
     double sign = (chosen >> 63) ? -1.0 : 1.0;
-    if (bit == 1u) *v = __longlong_as_double(0x7FF8000000000000LL);
+    if (bit == 1u) *v = nan_marker();
     else if (bit == 2u) *v = __longlong_as_double(0x7FF0000000000000LL);
     else if (bit == 4u) *v = __longlong_as_double((long long)0xFFF0000000000000ULL);
     else if (bit == 8u) *v = -0.0;
@@ -88,7 +97,7 @@ template <typename T>
 __device__ __forceinline__ T fill_value(unsigned long long i, unsigned long long n, unsigned long long seed, int mode,
                                         double a, double b, unsigned int special, double rate) {
     double v;
-    if (special_value<T>(i, seed, special, rate, &v)) return from_double<T>(v);
+    if (special_value<T>(i, seed, special, rate, &v)) return isnan(v) ? typed_nan<T>() : from_double<T>(v);
     if (mode == 0) {
         v = a + (b - a) * u01(seed, i, 0);
     } else if (mode == 1) {
