@@ -45,17 +45,6 @@ struct Comparison {
     poison: u8,
 }
 
-/// One member's run on an input set, checked against the reference's ([`Harness::run_checked`]).
-struct Checked {
-    member: usize,
-    /// Its outputs against the reference's, totals over the output buffers.
-    stats: Stats,
-    /// The first element outside tolerance.
-    first: Option<Mismatch>,
-    /// An input differs from the set it was given.
-    inputs_modified: bool,
-}
-
 /// The output poison of a run: the byte every output element holds until the kernel writes
 /// it. Two patterns that differ in every byte alternate (set A with the first, its repeat
 /// with the second), so an element that is never written differs from the reference on at
@@ -422,15 +411,31 @@ impl Harness {
                 regime: Some(r),
                 probe: None,
             };
-            let active = st.active();
-            for run in self.run_checked(st, c, mem, plans, &active, set, first_poison)? {
-                let ch = &mut checks[run.member];
-                ch.inputs_modified |= run.inputs_modified;
+            let mut sides = vec![Who::Reference];
+            sides.extend(members_of(st));
+            self.prepare(st, c, mem, &sides, set, first_poison)?;
+            self.run(st, Who::Reference, &plans.reference, false)?;
+            let ran = self.run_members(st, &plans.members, mem)?;
+            let mut batch = Batch::default();
+            let entries: Vec<(usize, usize)> = ran
+                .iter()
+                .map(|(_, live, _)| {
+                    (
+                        batch.compare(live.clone(), reference.clone(), false, false, first_poison),
+                        batch.verify(live.clone(), set),
+                    )
+                })
+                .collect();
+            let found = self.check_batch(st, c, mem, &batch)?;
+            for ((i, _, _), (cmp, ver)) in ran.iter().zip(entries) {
+                let (stats, first) = &found.compares[cmp];
+                let ch = &mut checks[*i];
+                ch.inputs_modified |= found.verifies[ver].mismatches > 0;
                 ch.regimes.push(RegimeCheck {
                     name: regime.name.clone(),
-                    passed: run.stats.mismatches == 0 && run.stats.unwritten == 0,
-                    mismatches: run.stats.mismatches.max(run.stats.unwritten),
-                    first_mismatch: run.first,
+                    passed: stats.mismatches == 0 && stats.unwritten == 0,
+                    mismatches: stats.mismatches.max(stats.unwritten),
+                    first_mismatch: first.clone(),
                 });
             }
         }
@@ -541,8 +546,28 @@ impl Harness {
             probe: Some(true),
             ..base
         };
-        let runs = self.run_checked(st, c, mem, plans, members, changed, poison)?;
-        let ran: Vec<usize> = runs.iter().map(|r| r.member).collect();
+        let mut sides = vec![Who::Reference];
+        sides.extend(members.iter().map(|&i| Who::Member(i)));
+        self.prepare(st, c, mem, &sides, changed, poison)?;
+        self.run(st, Who::Reference, &plans.reference, false)?;
+        let mut ran = Vec::new();
+        for &i in members {
+            if let SideRun::Ok(_) = self.run(st, Who::Member(i), &plans.members[i], false)? {
+                ran.push(i);
+            }
+        }
+        let mut batch = Batch::default();
+        let entries: Vec<(usize, usize)> = ran
+            .iter()
+            .filter_map(|&i| {
+                let live = mem.side(Who::Member(i))?.slices();
+                Some((
+                    batch.compare(live.clone(), reference.clone(), false, false, poison),
+                    batch.verify(live, changed),
+                ))
+            })
+            .collect();
+        let found = self.check_batch(st, c, mem, &batch)?;
         let sums = ours(
             self.gpu
                 .alloc(24 * ran.len().max(1), "precision probe sums"),
@@ -575,10 +600,11 @@ impl Harness {
             .map(|j| job.buffers[j].name.as_str())
             .collect::<Vec<_>>()
             .join(", ");
-        Ok(runs
+        Ok(ran
             .iter()
+            .zip(entries)
             .enumerate()
-            .map(|(slot, run)| {
+            .map(|(slot, (&i, (cmp, ver)))| {
                 let at = |w: usize| {
                     let b = &bytes[24 * slot + 8 * w..24 * slot + 8 * w + 8];
                     f64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
@@ -592,57 +618,16 @@ impl Harness {
                 } else {
                     f64::NAN
                 };
-                let within =
-                    run.stats.mismatches == 0 && run.stats.unwritten == 0 && !run.inputs_modified;
+                let within = found.compares[cmp].0.mismatches == 0
+                    && found.compares[cmp].0.unwritten == 0
+                    && found.verifies[ver].mismatches == 0;
                 let probe = PrecisionProbe {
                     input: inputs.clone(),
                     ratio,
                     judged,
                     passed: within && (!judged || ratio <= PRECISION_PROBE_LIMIT),
                 };
-                (run.member, vec![probe])
-            })
-            .collect())
-    }
-
-    /// Gives input set `set` to the reference and `members` (outputs poisoned with
-    /// `poison`), runs them all, and checks each member that ran against the reference: its
-    /// outputs within tolerance and its inputs untouched.
-    #[allow(clippy::too_many_arguments)]
-    fn run_checked(
-        &mut self,
-        st: &mut JobState,
-        c: &JobConfig,
-        mem: &JobMemory,
-        plans: &ConfigPlans,
-        members: &[usize],
-        set: InputSet,
-        poison: u8,
-    ) -> Run<Vec<Checked>> {
-        let mut sides = vec![Who::Reference];
-        sides.extend(members.iter().map(|&i| Who::Member(i)));
-        self.prepare(st, c, mem, &sides, set, poison)?;
-        self.run(st, Who::Reference, &plans.reference, false)?;
-        let reference = mem.reference.slices();
-        let mut batch = Batch::default();
-        let mut entries = Vec::new();
-        for &i in members {
-            if let SideRun::Ok(_) = self.run(st, Who::Member(i), &plans.members[i], false)? {
-                if let Some(side) = mem.side(Who::Member(i)) {
-                    let live = side.slices();
-                    let cmp = batch.compare(live.clone(), reference.clone(), false, false, poison);
-                    entries.push((i, cmp, batch.verify(live, set)));
-                }
-            }
-        }
-        let found = self.check_batch(st, c, mem, &batch)?;
-        Ok(entries
-            .into_iter()
-            .map(|(member, cmp, ver)| Checked {
-                member,
-                stats: found.compares[cmp].0,
-                first: found.compares[cmp].1.clone(),
-                inputs_modified: found.verifies[ver].mismatches > 0,
+                (i, vec![probe])
             })
             .collect())
     }

@@ -307,20 +307,6 @@ impl JobState<'_> {
         }
     }
 
-    /// The limit of every active member's next runner call (`None` for the others and for
-    /// members whose budget is spent, which are stopped).
-    pub fn active_limits(&mut self) -> Run<Vec<Option<MemberLimit>>> {
-        (0..self.members.len())
-            .map(|i| {
-                if self.members[i].active() {
-                    self.member_limit(i)
-                } else {
-                    Ok(None)
-                }
-            })
-            .collect()
-    }
-
     /// Adds the wall time of a runner call to member `i`'s budget.
     pub fn charge(&mut self, i: usize, took: Duration) {
         if let Some(m) = self.members.get_mut(i) {
@@ -578,47 +564,6 @@ fn key_of(text: &str) -> u64 {
     h.finish()
 }
 
-/// What one runner call of each member came to, and how long it took (`None` for members
-/// not called).
-type MemberCalls<T> = Vec<Option<(Result<T, RunnerFault>, Duration)>>;
-
-/// Calls `call(runner, member, limit)` for every member with a limit, all at once (a runner
-/// that has to start first costs a few hundred milliseconds), and times each call.
-fn on_members<T: Send>(
-    runners: &mut [RunnerClient],
-    limits: &[Option<MemberLimit>],
-    call: impl Fn(&mut RunnerClient, usize, Duration) -> Result<T, RunnerFault> + Sync,
-) -> MemberCalls<T> {
-    let call = &call;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = runners
-            .iter_mut()
-            .zip(limits)
-            .enumerate()
-            .map(|(i, (r, l))| {
-                l.as_ref().map(|l| {
-                    let limit = l.limit;
-                    s.spawn(move || {
-                        let t = Instant::now();
-                        (call(r, i, limit), t.elapsed())
-                    })
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        let reason = "a thread calling a runner panicked".to_string();
-                        (Err(RunnerFault::Unavailable(reason)), Duration::ZERO)
-                    })
-                })
-            })
-            .collect()
-    })
-}
-
 /// A member's failure other than a timeout (timeouts depend on which limit bound: see
 /// [`JobState::member_failed`]).
 fn member_status(f: RunnerFault) -> Result<ExecStatus, Fault> {
@@ -833,11 +778,46 @@ impl Harness {
                 Err(_) => reload[i] = true,
             }
         }
-        let limits = st.active_limits()?;
+        let mut limits = Vec::with_capacity(job.candidates.len());
+        for i in 0..job.candidates.len() {
+            limits.push(if st.members[i].active() {
+                st.member_limit(i)?
+            } else {
+                None
+            });
+        }
         st.trace.reloaded_members = reload.iter().filter(|&&r| r).count();
-        let loads = on_members(&mut self.runners, &limits, |r, i, limit| {
-            let m = &job.candidates[i];
-            r.load(&m.cubin_b64, symbols(m), None, reload[i], limit)
+        let loads: Vec<Option<(Result<(), RunnerFault>, Duration)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .runners
+                .iter_mut()
+                .zip(&job.candidates)
+                .zip(&limits)
+                .zip(&reload)
+                .map(|(((r, m), l), &each)| {
+                    let syms = symbols(m);
+                    l.as_ref().map(|l| {
+                        let limit = l.limit;
+                        s.spawn(move || {
+                            let t = Instant::now();
+                            (r.load(&m.cubin_b64, syms, None, each, limit), t.elapsed())
+                        })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            (
+                                Err(RunnerFault::Unavailable("a loader thread panicked".into())),
+                                Duration::ZERO,
+                            )
+                        })
+                    })
+                })
+                .collect()
         });
         for (i, (l, limit)) in loads.into_iter().zip(&limits).enumerate() {
             if let (Some((Err(f), took)), Some(limit)) = (l, limit) {
@@ -930,9 +910,46 @@ impl Harness {
         let reference = self.map_side(job, &handles, &sizes.reference, "reference", None)?;
         // The members' runners allocate in parallel (each a process round trip and a few
         // large cuMemAllocs); the harness then maps their buffers one by one.
-        let limits = st.active_limits()?;
-        let allocs = on_members(&mut self.runners, &limits, |r, i, limit| {
-            r.alloc(sizes.members[i].clone(), limit)
+        let mut limits = Vec::with_capacity(job.candidates.len());
+        for i in 0..job.candidates.len() {
+            limits.push(if st.members[i].active() {
+                st.member_limit(i)?
+            } else {
+                None
+            });
+        }
+        type Alloc = (Result<Vec<BufferShare>, RunnerFault>, Duration);
+        let allocs: Vec<Option<Alloc>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .runners
+                .iter_mut()
+                .zip(&sizes.members)
+                .zip(&limits)
+                .map(|((r, cb), l)| {
+                    l.as_ref().map(|l| {
+                        let limit = l.limit;
+                        s.spawn(move || {
+                            let t = Instant::now();
+                            (r.alloc(cb.clone(), limit), t.elapsed())
+                        })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            (
+                                Err(RunnerFault::Unavailable(
+                                    "an allocating thread panicked".into(),
+                                )),
+                                Duration::ZERO,
+                            )
+                        })
+                    })
+                })
+                .collect()
         });
         let mut members = Vec::new();
         for (i, (a, limit)) in allocs.into_iter().zip(&limits).enumerate() {
