@@ -10,3 +10,4 @@ pub mod programs;
 pub mod rewards;
 pub mod rollout;
 pub mod setup;
+pub mod space;
