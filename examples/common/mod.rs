@@ -11,3 +11,4 @@ pub mod rewards;
 pub mod rollout;
 pub mod setup;
 pub mod space;
+pub mod table;
