@@ -6,6 +6,8 @@
 
 pub mod plot;
 pub mod policy;
+pub mod replay;
+pub mod replay_report;
 pub mod programs;
 pub mod rewards;
 pub mod rollout;
