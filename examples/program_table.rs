@@ -63,6 +63,12 @@ struct Args {
     /// Print the space's sizes and hazard-free shares (no evaluation) and exit.
     #[arg(long)]
     space: bool,
+    /// Write a BOOKKEEPING FIXTURE (tests only) to this file: a small sub-space (every
+    /// hazard, two options of three speed knobs), real CPU stages, and GPU columns made up
+    /// from the hazards (correct iff hazard-free) and a speed formula, every row marked
+    /// `synthetic`. Its outcome means nothing; it tests the replay's bookkeeping.
+    #[arg(long)]
+    bookkeeping_fixture: Option<PathBuf>,
     /// Fixtures folder.
     #[arg(long)]
     fixtures: Option<PathBuf>,
@@ -117,6 +123,9 @@ fn run(args: Args) -> Result<(), String> {
         return Ok(());
     }
     let fixtures = common::setup::fixtures_root(args.fixtures.as_deref())?;
+    if let Some(path) = &args.bookkeeping_fixture {
+        return bookkeeping_fixture(path, &tasks, &fixtures);
+    }
     if let Some(path) = &args.static_only {
         let out = args.out.clone().unwrap_or_else(|| path.clone());
         return refresh_static(path, &out, &fixtures);
@@ -340,5 +349,100 @@ fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String
     }
     std::fs::rename(&tmp, out).map_err(|e| format!("{}: {e}", out.display()))?;
     println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// See `--bookkeeping-fixture`.
+fn bookkeeping_fixture(out: &Path, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result<(), String> {
+    // A real H200 report supplies the shape of the GPU stages (device, configs, timing fields).
+    let template_path = fixtures.join("../docs/gpu-runs/2026-11-29-score-softmax-warp_per_row_shuffle.json");
+    let template: cudaperf::reward::RewardReport = serde_json::from_str(
+        &std::fs::read_to_string(&template_path).map_err(|e| format!("{}: {e}", template_path.display()))?,
+    )
+    .map_err(|e| format!("{}: {e}", template_path.display()))?;
+    let mut o = EvalOptions {
+        no_gpu: true,
+        ranker_model: Some(fixtures.join("models/ranker")),
+        ..EvalOptions::default()
+    };
+    o.compile.isolation = cudaperf::compile::Isolation::InProcess;
+    let evaluator = Evaluator::new(o).map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for t in tasks {
+        let task = Task::load(fixtures.join("tasks").join(t.id)).map_err(|e| e.to_string())?;
+        // Every hazard option; options 0 and 1 of the first three speed knobs; option 0 of
+        // the others.
+        let mut speed_seen = 0;
+        let allowed: Vec<usize> = t
+            .knobs
+            .iter()
+            .map(|k| {
+                if k.hazard {
+                    k.options.len()
+                } else {
+                    speed_seen += 1;
+                    if speed_seen <= 3 { 2 } else { 1 }
+                }
+            })
+            .collect();
+        let total: usize = allowed.iter().product();
+        let mut ds: Vec<Distinct> = Vec::new();
+        for mut n in 0..total {
+            let mut c = vec![0; allowed.len()];
+            for i in (0..c.len()).rev() {
+                c[i] = n % allowed[i];
+                n /= allowed[i];
+            }
+            let source = t.render(&c).map_err(|e| e.to_string())?;
+            ds.push(Distinct { hash: space::source_hash(&source), source, choices: vec![c] });
+        }
+        let subs: Vec<Submission> = ds.iter().map(|d| Submission::from_source(d.source.clone())).collect();
+        let evals = evaluator.evaluate_batch(&task, &subs, Stage::Ranker);
+        for (d, e) in ds.iter().zip(evals) {
+            let c = &d.choices[0];
+            let safe = t.hazards(c).is_empty();
+            let mut stages = e.stages;
+            stages.execute = template.stages.execute.clone();
+            let mut corr = template.stages.correctness.clone().ok_or("template without correctness")?;
+            corr.passed = safe;
+            corr.pass_rate = if safe { 1.0 } else { 0.0 };
+            for cfg in &mut corr.configs {
+                cfg.passed = safe;
+            }
+            stages.correctness = Some(corr);
+            stages.timing = if safe {
+                let mut tm = template.stages.timing.clone().ok_or("template without timing")?;
+                // Made-up speed: a factor per option of the three varied speed knobs.
+                let speed: Vec<usize> = t.knobs.iter().zip(c).filter(|(k, _)| !k.hazard).map(|(_, &v)| v).collect();
+                let s = [1.6, 1.3, 1.15]
+                    .iter()
+                    .zip(&speed)
+                    .map(|(f, &v)| if v == 1 { *f } else { 1.0 })
+                    .product::<f64>();
+                tm.speedup = s;
+                tm.raw_speedup = s;
+                tm.ci95 = [0.98 * s, 1.02 * s];
+                tm.candidate_us = tm.reference_us / s;
+                tm.within_noise = false;
+                tm.implausible = false;
+                Some(tm)
+            } else {
+                None
+            };
+            let verdict = cudaperf::reward::Evaluation::from_stages(stages.clone()).verdict();
+            let want = if safe { Verdict::Correct } else { Verdict::Incorrect };
+            if verdict != want {
+                return Err(format!("{} {}: synthetic stages read as {verdict:?}, not {want:?}", t.id, t.describe(c)));
+            }
+            let mut row = table::row_from(t, d, verdict, stages);
+            row.synthetic = true;
+            rows.push(row);
+        }
+        println!("{}: {} rows", t.id, ds.len());
+    }
+    let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    table::append(&mut f, &rows)?;
+    println!("wrote {} (BOOKKEEPING FIXTURE: synthetic GPU columns)", out.display());
+    print!("{}", table::sparsity_text(&table::sparsity(&rows)));
     Ok(())
 }

@@ -344,7 +344,15 @@ impl<'a> Scorer<'a> {
         }
         // A row the reward cannot score (a stage unavailable when it was measured) earns
         // nothing: the ladder's floor, never a number above a real failure.
-        self.reward.value(ctx, &self.evals[i]).unwrap_or(-1.0)
+        match self.reward.value(ctx, &self.evals[i]) {
+            Ok(v) => v,
+            Err(e) => {
+                if std::env::var_os("REPLAY_DEBUG").is_some() {
+                    eprintln!("row {i}: {e}");
+                }
+                -1.0
+            }
+        }
     }
 }
 
@@ -428,6 +436,9 @@ pub fn run_one(
             .map(|ep| ep.iter().map(|(_, _, row)| scorer.score(&ctx, *row, &mut noise)).collect())
             .collect();
         reward_mean.push(rewards.iter().flatten().sum::<f64>() / per_step as f64);
+        if std::env::var_os("REPLAY_DEBUG").is_some() {
+            eprintln!("step {step}: rewards {rewards:?}");
+        }
         // Discounted returns per episode.
         let returns: Vec<Vec<f64>> = rewards
             .iter()

@@ -48,7 +48,9 @@ pub struct Row {
     /// Ranker: P(candidate faster than the reference).
     pub ranker_prob: Option<f64>,
     /// The stages the rewards read, slimmed (no compile log, no per-finding features, no
-    /// per-config details): rebuilt with `Evaluation::from_stages` to score the row.
+    /// per-config details, no device description): rebuilt with `Evaluation::from_stages`
+    /// to score the row.
+    #[serde(with = "compact")]
     pub stages: Stages,
     /// The GPU columns were made up (a bookkeeping fixture for tests), not measured.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -79,8 +81,8 @@ pub fn slim(mut stages: Stages) -> Stages {
         s.occupancy.clear();
     }
     if let Some(c) = &mut stages.correctness {
-        // Keep one config's details (why it failed), not every config's.
-        c.configs.truncate(1);
+        // The pass rate and the verdict stay; per-config details are the feedback's.
+        c.configs.clear();
     }
     if let Some(t) = &mut stages.timing {
         t.occupancy.clear();
@@ -235,4 +237,39 @@ pub fn sparsity_text(s: &[Sparsity]) -> String {
         );
     }
     out
+}
+
+/// Stages as a table stores them: the parts [`slim`] empties are left out of the JSON (the
+/// structure stage's features, terms and occupancy, the device description) and read back
+/// as empty values (no device), so that a row is about a kilobyte rather than three.
+mod compact {
+    use cudaperf::reward::Stages;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    pub fn serialize<S: Serializer>(stages: &Stages, s: S) -> Result<S::Ok, S::Error> {
+        let mut v = serde_json::to_value(stages).map_err(serde::ser::Error::custom)?;
+        if let Some(st) = v.get_mut("structure").and_then(Value::as_object_mut) {
+            st.remove("features");
+            st.remove("terms");
+            st.remove("occupancy");
+        }
+        if let Some(ex) = v.get_mut("execute").and_then(Value::as_object_mut) {
+            ex.remove("device");
+        }
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Stages, D::Error> {
+        let mut v = Value::deserialize(d)?;
+        if let Some(st) = v.get_mut("structure").and_then(Value::as_object_mut) {
+            let features = serde_json::to_value(cudaperf::analysis::Features::default())
+                .map_err(serde::de::Error::custom)?;
+            st.entry("features").or_insert(features);
+            st.entry("terms").or_insert(Value::Array(Vec::new()));
+            st.entry("occupancy").or_insert(Value::Array(Vec::new()));
+        }
+        // `execute.device` is optional: read back as none.
+        serde_json::from_value(v).map_err(serde::de::Error::custom)
+    }
 }
