@@ -289,6 +289,7 @@ pub struct Scorer<'a> {
     reward: &'a dyn Reward,
     evals: Vec<Evaluation>,
     medians: Vec<Option<f64>>,
+    times: Vec<f64>,
     sigmas: Vec<f64>,
 }
 
@@ -329,10 +330,16 @@ impl<'a> Scorer<'a> {
                 _ => 0.0,
             })
             .collect();
+        let times = t
+            .rows
+            .iter()
+            .map(|r| r.stages.timing.as_ref().map_or(f64::NAN, |t| t.candidate_us))
+            .collect();
         Scorer {
             reward,
             evals,
             medians,
+            times,
             sigmas,
         }
     }
@@ -340,7 +347,11 @@ impl<'a> Scorer<'a> {
     /// The reward of row `i` under a fresh draw of its timing noise.
     pub fn score(&mut self, ctx: &Context, i: usize, rng: &mut SmallRng) -> f64 {
         if let (Some(m), Some(t)) = (self.medians[i], self.evals[i].stages.timing.as_mut()) {
-            t.speedup = m * (self.sigmas[i] * normal(rng)).exp();
+            // One draw moves the speedup and the candidate's time together (the roofline term
+            // reads the time).
+            let f = (self.sigmas[i] * normal(rng)).exp();
+            t.speedup = m * f;
+            t.candidate_us = self.times[i] / f;
         }
         // A row the reward cannot score (a stage unavailable when it was measured) earns
         // nothing: the ladder's floor, never a number above a real failure.
