@@ -13,7 +13,7 @@
 //! the cost does not depend on the made-up GPU numbers).
 
 #[path = "../examples/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};

@@ -615,7 +615,11 @@ fn curves(
 }
 
 /// `--table`: the replayed ablation (issue 21) on a measured program table.
-fn replay(args: &Args, table_path: &std::path::Path, fixtures: &std::path::Path) -> Result<(), String> {
+fn replay(
+    args: &Args,
+    table_path: &std::path::Path,
+    fixtures: &std::path::Path,
+) -> Result<(), String> {
     use common::replay::{Arm, ReplayConfig};
     let start = Instant::now();
     let rows = common::table::read(table_path)?;

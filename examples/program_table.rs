@@ -98,7 +98,10 @@ fn stamp(start: Instant) -> String {
 
 fn run(args: Args) -> Result<(), String> {
     if let Some(path) = &args.summary {
-        print!("{}", table::sparsity_text(&table::sparsity(&table::read(path)?)));
+        print!(
+            "{}",
+            table::sparsity_text(&table::sparsity(&table::read(path)?))
+        );
         return Ok(());
     }
     let tasks = selected(&args.tasks)?;
@@ -205,7 +208,9 @@ fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result
         let todo: Vec<Distinct> = all
             .into_iter()
             .enumerate()
-            .filter(|(i, d)| i % shards == shard && !done.contains(&(t.id.to_string(), d.hash.clone())))
+            .filter(|(i, d)| {
+                i % shards == shard && !done.contains(&(t.id.to_string(), d.hash.clone()))
+            })
             .map(|(_, d)| d)
             .collect();
         println!(
@@ -285,7 +290,10 @@ fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result
     }
     drop(out);
     println!("{} table {}:", stamp(start), out_path.display());
-    print!("{}", table::sparsity_text(&table::sparsity(&table::read(&out_path)?)));
+    print!(
+        "{}",
+        table::sparsity_text(&table::sparsity(&table::read(&out_path)?))
+    );
     Ok(())
 }
 
@@ -310,7 +318,8 @@ fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String
         v
     };
     for id in ids {
-        let t = space::task(&id).ok_or_else(|| format!("{}: row of unknown task `{id}`", path.display()))?;
+        let t = space::task(&id)
+            .ok_or_else(|| format!("{}: row of unknown task `{id}`", path.display()))?;
         let task = Task::load(fixtures.join("tasks").join(t.id)).map_err(|e| e.to_string())?;
         let idx: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].task == id).collect();
         let mut subs = Vec::new();
@@ -353,11 +362,17 @@ fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String
 }
 
 /// See `--bookkeeping-fixture`.
-fn bookkeeping_fixture(out: &Path, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result<(), String> {
+fn bookkeeping_fixture(
+    out: &Path,
+    tasks: &[&'static SpaceTask],
+    fixtures: &Path,
+) -> Result<(), String> {
     // A real H200 report supplies the shape of the GPU stages (device, configs, timing fields).
-    let template_path = fixtures.join("../docs/gpu-runs/2026-11-29-score-softmax-warp_per_row_shuffle.json");
+    let template_path =
+        fixtures.join("../docs/gpu-runs/2026-11-29-score-softmax-warp_per_row_shuffle.json");
     let template: cudaperf::reward::RewardReport = serde_json::from_str(
-        &std::fs::read_to_string(&template_path).map_err(|e| format!("{}: {e}", template_path.display()))?,
+        &std::fs::read_to_string(&template_path)
+            .map_err(|e| format!("{}: {e}", template_path.display()))?,
     )
     .map_err(|e| format!("{}: {e}", template_path.display()))?;
     let mut o = EvalOptions {
@@ -381,7 +396,11 @@ fn bookkeeping_fixture(out: &Path, tasks: &[&'static SpaceTask], fixtures: &Path
                     k.options.len()
                 } else {
                     speed_seen += 1;
-                    if speed_seen <= 3 { 2 } else { 1 }
+                    if speed_seen <= 3 {
+                        2
+                    } else {
+                        1
+                    }
                 }
             })
             .collect();
@@ -394,16 +413,27 @@ fn bookkeeping_fixture(out: &Path, tasks: &[&'static SpaceTask], fixtures: &Path
                 n /= allowed[i];
             }
             let source = t.render(&c).map_err(|e| e.to_string())?;
-            ds.push(Distinct { hash: space::source_hash(&source), source, choices: vec![c] });
+            ds.push(Distinct {
+                hash: space::source_hash(&source),
+                source,
+                choices: vec![c],
+            });
         }
-        let subs: Vec<Submission> = ds.iter().map(|d| Submission::from_source(d.source.clone())).collect();
+        let subs: Vec<Submission> = ds
+            .iter()
+            .map(|d| Submission::from_source(d.source.clone()))
+            .collect();
         let evals = evaluator.evaluate_batch(&task, &subs, Stage::Ranker);
         for (d, e) in ds.iter().zip(evals) {
             let c = &d.choices[0];
             let safe = t.hazards(c).is_empty();
             let mut stages = e.stages;
             stages.execute = template.stages.execute.clone();
-            let mut corr = template.stages.correctness.clone().ok_or("template without correctness")?;
+            let mut corr = template
+                .stages
+                .correctness
+                .clone()
+                .ok_or("template without correctness")?;
             corr.passed = safe;
             corr.pass_rate = if safe { 1.0 } else { 0.0 };
             for cfg in &mut corr.configs {
@@ -411,9 +441,19 @@ fn bookkeeping_fixture(out: &Path, tasks: &[&'static SpaceTask], fixtures: &Path
             }
             stages.correctness = Some(corr);
             stages.timing = if safe {
-                let mut tm = template.stages.timing.clone().ok_or("template without timing")?;
+                let mut tm = template
+                    .stages
+                    .timing
+                    .clone()
+                    .ok_or("template without timing")?;
                 // Made-up speed: a factor per option of the three varied speed knobs.
-                let speed: Vec<usize> = t.knobs.iter().zip(c).filter(|(k, _)| !k.hazard).map(|(_, &v)| v).collect();
+                let speed: Vec<usize> = t
+                    .knobs
+                    .iter()
+                    .zip(c)
+                    .filter(|(k, _)| !k.hazard)
+                    .map(|(_, &v)| v)
+                    .collect();
                 let s = [1.6, 1.3, 1.15]
                     .iter()
                     .zip(&speed)
@@ -430,9 +470,17 @@ fn bookkeeping_fixture(out: &Path, tasks: &[&'static SpaceTask], fixtures: &Path
                 None
             };
             let verdict = cudaperf::reward::Evaluation::from_stages(stages.clone()).verdict();
-            let want = if safe { Verdict::Correct } else { Verdict::Incorrect };
+            let want = if safe {
+                Verdict::Correct
+            } else {
+                Verdict::Incorrect
+            };
             if verdict != want {
-                return Err(format!("{} {}: synthetic stages read as {verdict:?}, not {want:?}", t.id, t.describe(c)));
+                return Err(format!(
+                    "{} {}: synthetic stages read as {verdict:?}, not {want:?}",
+                    t.id,
+                    t.describe(c)
+                ));
             }
             let mut row = table::row_from(t, d, verdict, stages);
             row.synthetic = true;
@@ -442,7 +490,10 @@ fn bookkeeping_fixture(out: &Path, tasks: &[&'static SpaceTask], fixtures: &Path
     }
     let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
     table::append(&mut f, &rows)?;
-    println!("wrote {} (BOOKKEEPING FIXTURE: synthetic GPU columns)", out.display());
+    println!(
+        "wrote {} (BOOKKEEPING FIXTURE: synthetic GPU columns)",
+        out.display()
+    );
     print!("{}", table::sparsity_text(&table::sparsity(&rows)));
     Ok(())
 }

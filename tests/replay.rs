@@ -7,7 +7,9 @@
 #[path = "../examples/common/mod.rs"]
 mod excommon;
 
-use cudaperf::reward::{presets, Context, EvalOptions, Evaluation, Evaluator, Reward, RewardReport};
+use cudaperf::reward::{
+    presets, Context, EvalOptions, Evaluation, Evaluator, Reward, RewardReport,
+};
 use excommon::replay::{self, Arm, ReplayConfig};
 use excommon::{replay_report, table};
 
@@ -24,7 +26,10 @@ fn fixture_rows() -> Vec<table::Row> {
 #[test]
 fn fixture_sparsity_figures() {
     let rows = fixture_rows();
-    assert!(rows.iter().all(|r| r.synthetic), "the fixture must be marked synthetic");
+    assert!(
+        rows.iter().all(|r| r.synthetic),
+        "the fixture must be marked synthetic"
+    );
     let s = table::sparsity(&rows);
     assert_eq!(s.len(), 3);
     for x in &s {
@@ -51,7 +56,10 @@ fn replay_bookkeeping_of_every_arm() {
     })
     .expect("evaluator");
     let cfg = ReplayConfig::default();
-    assert_eq!((cfg.steps, cfg.group, cfg.turns, cfg.seeds.len()), (40, 8, 2, 20));
+    assert_eq!(
+        (cfg.steps, cfg.group, cfg.turns, cfg.seeds.len()),
+        (40, 8, 2, 20)
+    );
     let s = replay_report::run_all(&tasks, &evaluator, &cfg);
     assert_eq!(s.samples_per_run, 640);
     assert_eq!(s.runs.len(), Arm::ALL.len() * 20 * 3);
@@ -62,14 +70,19 @@ fn replay_bookkeeping_of_every_arm() {
         assert_eq!(a.seeds.len(), 20);
         for seed in 0..20u64 {
             for t in ["matmul", "softmax_rows", "transpose"] {
-                let n = runs.iter().filter(|r| r.seed == seed && r.task == t).count();
+                let n = runs
+                    .iter()
+                    .filter(|r| r.seed == seed && r.task == t)
+                    .count();
                 assert_eq!(n, 1, "{:?} seed {seed} {t}", a.arm);
             }
         }
         for r in &runs {
             assert_eq!(r.samples, 640);
             assert_eq!(r.curve.len(), 40);
-            assert!(r.samples_to_near_best.is_none_or(|k| (1..=640).contains(&k)));
+            assert!(r
+                .samples_to_near_best
+                .is_none_or(|k| (1..=640).contains(&k)));
             assert!((0.0..=1.0).contains(&r.auc) && (0.0..=1.0).contains(&r.hazard_rate));
             // The same first step as outcome-only's run of this seed and task.
             let base = s
@@ -77,12 +90,19 @@ fn replay_bookkeeping_of_every_arm() {
                 .iter()
                 .find(|b| b.arm == Arm::Outcome && b.seed == r.seed && b.task == r.task)
                 .unwrap();
-            assert_eq!(r.curve[0], base.curve[0], "{:?} seed {} {}", r.arm, r.seed, r.task);
+            assert_eq!(
+                r.curve[0], base.curve[0],
+                "{:?} seed {} {}",
+                r.arm, r.seed, r.task
+            );
         }
         let compared = a.arm != Arm::Outcome;
         assert_eq!(a.vs_outcome.len(), if compared { 4 } else { 0 });
         for c in &a.vs_outcome {
-            assert!(c.ci[0] <= c.diff + 1e-12 && c.diff <= c.ci[1] + 1e-12, "{c:?}");
+            assert!(
+                c.ci[0] <= c.diff + 1e-12 && c.diff <= c.ci[1] + 1e-12,
+                "{c:?}"
+            );
             assert!((0.0..=1.0).contains(&c.p_holm));
         }
     }
@@ -139,6 +159,8 @@ fn stored_stages_score_through_the_presets() {
     failed.timing = None;
     let e = Evaluation::from_stages(failed);
     // The ladder's incorrect rung: −0.25 + 0.25 · pass_rate.
-    let v = presets::cudaperf_with(Default::default(), None, None).value(&ctx, &e).unwrap();
+    let v = presets::cudaperf_with(Default::default(), None, None)
+        .value(&ctx, &e)
+        .unwrap();
     assert!((v - (-0.125)).abs() < 1e-12, "{v}");
 }

@@ -6,9 +6,9 @@
 #[allow(dead_code)]
 mod space;
 
+use cudaperf::reward::Verdict;
 use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission};
 use cudaperf::task::Task;
-use cudaperf::reward::Verdict;
 
 fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -53,7 +53,11 @@ fn every_hazard_changes_the_source() {
             let mut c = base.clone();
             c[i] = 1;
             let h = space::source_hash(&t.render(&c).unwrap());
-            assert_ne!(h, safe, "{}: hazard `{}` renders the safe source", t.id, k.name);
+            assert_ne!(
+                h, safe,
+                "{}: hazard `{}` renders the safe source",
+                t.id, k.name
+            );
         }
     }
 }

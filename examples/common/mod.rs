@@ -6,9 +6,9 @@
 
 pub mod plot;
 pub mod policy;
+pub mod programs;
 pub mod replay;
 pub mod replay_report;
-pub mod programs;
 pub mod rewards;
 pub mod rollout;
 pub mod setup;

@@ -160,11 +160,17 @@ pub struct ReplayTask {
 impl ReplayTask {
     /// Builds a task's replay from its rows; the rows must cover every combination of the
     /// options they use (a full product), and at least one must be correct.
-    pub fn new(space: &'static SpaceTask, task: Task, rows: Vec<Row>) -> Result<ReplayTask, String> {
+    pub fn new(
+        space: &'static SpaceTask,
+        task: Task,
+        rows: Vec<Row>,
+    ) -> Result<ReplayTask, String> {
         let k = space.knobs.len();
         let mut options: Vec<Vec<usize>> = vec![Vec::new(); k];
         for r in &rows {
-            space.check(&r.knobs).map_err(|e| format!("table row {}: {e}", r.hash))?;
+            space
+                .check(&r.knobs)
+                .map_err(|e| format!("table row {}: {e}", r.hash))?;
             for (i, &v) in r.knobs.iter().enumerate() {
                 if !options[i].contains(&v) {
                     options[i].push(v);
@@ -172,8 +178,11 @@ impl ReplayTask {
             }
         }
         options.iter_mut().for_each(|o| o.sort());
-        let by_hash: HashMap<&str, usize> =
-            rows.iter().enumerate().map(|(i, r)| (r.hash.as_str(), i)).collect();
+        let by_hash: HashMap<&str, usize> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.hash.as_str(), i))
+            .collect();
         let mut lookup = HashMap::new();
         let mut combo = vec![0usize; k];
         let total: usize = options.iter().map(Vec::len).product();
@@ -197,7 +206,7 @@ impl ReplayTask {
             .ok_or_else(|| format!("the table has no correct program of {}", space.id))?;
         // A fixed permutation (not the run's seed): every seed sees the same control.
         let mut shuffled: Vec<Option<f64>> = rows.iter().map(|r| r.structure).collect();
-        let mut rng = SmallRng::seed_from_u64(0x5eed_0f_5c0e);
+        let mut rng = SmallRng::seed_from_u64(0x5eed_0f5c);
         for i in (1..shuffled.len()).rev() {
             let j = rng.random_range(0..=i);
             shuffled.swap(i, j);
@@ -333,7 +342,12 @@ impl<'a> Scorer<'a> {
         let times = t
             .rows
             .iter()
-            .map(|r| r.stages.timing.as_ref().map_or(f64::NAN, |t| t.candidate_us))
+            .map(|r| {
+                r.stages
+                    .timing
+                    .as_ref()
+                    .map_or(f64::NAN, |t| t.candidate_us)
+            })
             .collect();
         Scorer {
             reward,
@@ -367,6 +381,10 @@ impl<'a> Scorer<'a> {
     }
 }
 
+/// One turn's sample: the option position of every knob, which knobs the turn sampled
+/// (turn 2 keeps some of turn 1's), and the row it rendered.
+type Sampled = (Vec<usize>, Vec<bool>, usize);
+
 /// Runs one (arm, seed, task).
 pub fn run_one(
     t: &ReplayTask,
@@ -381,7 +399,11 @@ pub fn run_one(
         .as_deref()
         .map(|r| Scorer::new(t, r, arm == Arm::ShuffledStructure));
     // Sampling and noise streams depend on the seed and task only: arms are paired.
-    let task_salt = t.space.id.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+    let task_salt = t
+        .space
+        .id
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     let mut rng = SmallRng::seed_from_u64(seed ^ task_salt.rotate_left(17));
     let mut noise = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ task_salt);
     let k = t.options.len();
@@ -399,9 +421,13 @@ pub fn run_one(
     let adv_opts = AdvantageOptions::with_estimator(Estimator::Grpo);
     for step in 0..cfg.steps {
         // (positions of the options per knob, which knobs were sampled, row) per turn.
-        let mut turns: Vec<Vec<(Vec<usize>, Vec<bool>, usize)>> = Vec::with_capacity(cfg.group);
+        let mut turns: Vec<Vec<Sampled>> = Vec::with_capacity(cfg.group);
         let probs: Vec<Vec<f64>> = logits.iter().map(|l| softmax(l)).collect();
-        let uniform: Vec<Vec<f64>> = t.options.iter().map(|o| vec![1.0 / o.len() as f64; o.len()]).collect();
+        let uniform: Vec<Vec<f64>> = t
+            .options
+            .iter()
+            .map(|o| vec![1.0 / o.len() as f64; o.len()])
+            .collect();
         let p = if arm == Arm::Random { &uniform } else { &probs };
         for _ in 0..cfg.group {
             let mut ep = Vec::with_capacity(cfg.turns);
@@ -417,7 +443,9 @@ pub fn run_one(
                     }
                 }
                 let combo: Vec<usize> = (0..k).map(|i| t.options[i][pos[i]]).collect();
-                let row = t.row_of(&combo).expect("every covered combination has a row");
+                let row = t
+                    .row_of(&combo)
+                    .expect("every covered combination has a row");
                 samples += 1;
                 let r = &t.rows[row];
                 if r.correct() {
@@ -444,7 +472,11 @@ pub fn run_one(
         };
         let rewards: Vec<Vec<f64>> = turns
             .iter()
-            .map(|ep| ep.iter().map(|(_, _, row)| scorer.score(&ctx, *row, &mut noise)).collect())
+            .map(|ep| {
+                ep.iter()
+                    .map(|(_, _, row)| scorer.score(&ctx, *row, &mut noise))
+                    .collect()
+            })
             .collect();
         reward_mean.push(rewards.iter().flatten().sum::<f64>() / per_step as f64);
         if std::env::var_os("REPLAY_DEBUG").is_some() {
@@ -498,14 +530,19 @@ pub fn run_one(
     let greedy: Vec<usize> = (0..k)
         .map(|i| {
             let l = &logits[i];
-            let j = (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap_or(0);
+            let j = (0..l.len())
+                .max_by(|&a, &b| l[a].total_cmp(&l[b]))
+                .unwrap_or(0);
             t.options[i][j]
         })
         .collect();
     let g = &t.rows[t.row_of(&greedy).expect("greedy combination covered")];
     // Random search has no policy: its final program is the best correct one it found.
     let (greedy_speedup, greedy_correct) = if arm == Arm::Random {
-        (if best_so_far > 0.0 { best_so_far } else { 1.0 }, best_so_far > 0.0)
+        (
+            if best_so_far > 0.0 { best_so_far } else { 1.0 },
+            best_so_far > 0.0,
+        )
     } else if g.correct() {
         (g.speedup.unwrap_or(1.0), true)
     } else {
@@ -544,9 +581,11 @@ pub fn load_tasks(
     by.into_iter()
         .filter(|(id, _)| ids.is_empty() || ids.contains(id))
         .map(|(id, rows)| {
-            let space = space::task(&id)
-                .ok_or_else(|| format!("the table has rows of `{id}`, which the space does not know"))?;
-            let task = Task::load(fixtures.join("tasks").join(&id)).map_err(|e| format!("task {id}: {e}"))?;
+            let space = space::task(&id).ok_or_else(|| {
+                format!("the table has rows of `{id}`, which the space does not know")
+            })?;
+            let task = Task::load(fixtures.join("tasks").join(&id))
+                .map_err(|e| format!("task {id}: {e}"))?;
             ReplayTask::new(space, task, rows)
         })
         .collect()

@@ -74,6 +74,9 @@ pub struct Summary {
     pub runs: Vec<RunResult>,
 }
 
+/// A metric's name and how to read it from a seed's values.
+type Metric = (&'static str, fn(&SeedValues) -> f64);
+
 /// Runs every arm × seed × task.
 pub fn run_all(tasks: &[ReplayTask], evaluator: &Evaluator, cfg: &ReplayConfig) -> Summary {
     let mut runs = Vec::new();
@@ -108,9 +111,14 @@ pub fn run_all(tasks: &[ReplayTask], evaluator: &Evaluator, cfg: &ReplayConfig) 
             .collect()
     };
     let base = per_seed(Arm::Outcome);
-    let compared: Vec<Arm> = cfg.arms.iter().copied().filter(|a| *a != Arm::Outcome).collect();
+    let compared: Vec<Arm> = cfg
+        .arms
+        .iter()
+        .copied()
+        .filter(|a| *a != Arm::Outcome)
+        .collect();
     let m = compared.len().max(1);
-    let metrics: [(&'static str, fn(&SeedValues) -> f64); 4] = [
+    let metrics: [Metric; 4] = [
         ("samples_to_near_best", |v| v.primary),
         ("auc", |v| v.auc),
         ("log_greedy_speedup", |v| v.greedy.ln()),
@@ -150,7 +158,10 @@ pub fn run_all(tasks: &[ReplayTask], evaluator: &Evaluator, cfg: &ReplayConfig) 
             ArmSummary {
                 arm,
                 runs: rs.len(),
-                reached: rs.iter().filter(|r| r.samples_to_near_best.is_some()).count() as f64
+                reached: rs
+                    .iter()
+                    .filter(|r| r.samples_to_near_best.is_some())
+                    .count() as f64
                     / rs.len().max(1) as f64,
                 mean,
                 seeds,
@@ -179,7 +190,14 @@ pub fn run_all(tasks: &[ReplayTask], evaluator: &Evaluator, cfg: &ReplayConfig) 
         samples_per_run: budget,
         tasks: tasks
             .iter()
-            .map(|t| (t.space.id.to_string(), t.rows.len(), t.combinations(), t.best))
+            .map(|t| {
+                (
+                    t.space.id.to_string(),
+                    t.rows.len(),
+                    t.combinations(),
+                    t.best,
+                )
+            })
             .collect(),
         arms,
         runs,
@@ -195,13 +213,21 @@ pub fn paired_bootstrap(d: &[f64], alpha: f64) -> ([f64; 2], f64) {
     let mut rng = SmallRng::seed_from_u64(0xb007);
     let b = 4000;
     let mut means: Vec<f64> = (0..b)
-        .map(|_| (0..d.len()).map(|_| d[rng.random_range(0..d.len())]).sum::<f64>() / d.len() as f64)
+        .map(|_| {
+            (0..d.len())
+                .map(|_| d[rng.random_range(0..d.len())])
+                .sum::<f64>()
+                / d.len() as f64
+        })
         .collect();
     means.sort_by(f64::total_cmp);
     let q = |p: f64| means[((p * b as f64) as usize).min(b - 1)];
     let le = means.iter().filter(|&&m| m <= 0.0).count() as f64 / b as f64;
     let ge = means.iter().filter(|&&m| m >= 0.0).count() as f64 / b as f64;
-    ([q(alpha / 2.0), q(1.0 - alpha / 2.0)], (2.0 * le.min(ge)).min(1.0))
+    (
+        [q(alpha / 2.0), q(1.0 - alpha / 2.0)],
+        (2.0 * le.min(ge)).min(1.0),
+    )
 }
 
 /// The summary as a Markdown table.
@@ -220,7 +246,10 @@ pub fn markdown(s: &Summary, table: &str) -> String {
     for a in &s.arms {
         let cmp = |k: usize| {
             a.vs_outcome.get(k).map_or("—".to_string(), |x| {
-                format!("{:+.3} [{:+.3}, {:+.3}] ({:.3})", x.diff, x.ci[0], x.ci[1], x.p_holm)
+                format!(
+                    "{:+.3} [{:+.3}, {:+.3}] ({:.3})",
+                    x.diff, x.ci[0], x.ci[1], x.p_holm
+                )
             })
         };
         out += &format!(
@@ -246,7 +275,8 @@ pub fn write(s: &Summary, dir: &Path, table: &str) -> Result<(), String> {
     std::fs::write(dir.join("ablation.md"), markdown(s, table))
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     let json = serde_json::to_string(s).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("ablation.json"), json).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::write(dir.join("ablation.json"), json)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     // Mean best-so-far curve per arm (over seeds and tasks), per step (G × turns samples).
     let mut series = Vec::new();
     let mut by: BTreeMap<&str, Vec<&RunResult>> = BTreeMap::new();

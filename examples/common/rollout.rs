@@ -264,6 +264,9 @@ pub fn rollout(
     })
 }
 
+/// A turn's policy input, knob choice and its log-probability.
+type Step = (State, Vec<usize>, f64);
+
 /// Runs `group` episodes of `turns` turns on every task (`ctxs[i]` is `envs[i]`'s
 /// context, all on one evaluator). Each turn scores every task's group in one
 /// `Evaluator::evaluate_groups` call, so one task's compiles overlap another's GPU work.
@@ -285,9 +288,13 @@ pub fn rollout_tasks(
         .collect();
     let mut episodes: Vec<Vec<Option<Episode>>> = envs
         .iter()
-        .map(|env| (0..group).map(|_| Some(Episode::new(&env.task.id))).collect())
+        .map(|env| {
+            (0..group)
+                .map(|_| Some(Episode::new(&env.task.id)))
+                .collect()
+        })
         .collect();
-    let mut steps: Vec<Vec<Vec<(State, Vec<usize>, f64)>>> = vec![vec![Vec::new(); group]; n];
+    let mut steps: Vec<Vec<Vec<Step>>> = vec![vec![Vec::new(); group]; n];
     for _ in 0..turns.max(1) {
         let picks: Vec<Vec<(Vec<usize>, f64)>> = states
             .iter()
@@ -322,7 +329,11 @@ pub fn rollout_tasks(
                 match &reports[k][i] {
                     Some(r) => {
                         ep.push(Turn::new(completions[k][i].clone(), r.clone()));
-                        steps[k][i].push((states[k][i].clone(), picks[k][i].0.clone(), picks[k][i].1));
+                        steps[k][i].push((
+                            states[k][i].clone(),
+                            picks[k][i].0.clone(),
+                            picks[k][i].1,
+                        ));
                         states[k][i] = states[k][i].after(&picks[k][i].0, r);
                     }
                     None => episodes[k][i] = None,
@@ -358,7 +369,11 @@ fn score_tasks(
         .iter()
         .map(|cs| cs.iter().map(Submission::from_completion).collect())
         .collect();
-    let upto = ctxs.iter().map(|c| reward.needs(c)).max().unwrap_or(Stage::Correctness);
+    let upto = ctxs
+        .iter()
+        .map(|c| reward.needs(c))
+        .max()
+        .unwrap_or(Stage::Correctness);
     let groups: Vec<(&Task, &[Submission])> = ctxs
         .iter()
         .zip(&subs)

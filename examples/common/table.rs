@@ -98,10 +98,7 @@ pub fn row_from(
     stages: Stages,
 ) -> Row {
     let t = stages.timing.as_ref();
-    let r = stages
-        .ranker
-        .as_ref()
-        .filter(|r| r.error.is_none());
+    let r = stages.ranker.as_ref().filter(|r| r.error.is_none());
     Row {
         task: task.id.to_string(),
         knobs: d.choices[0].clone(),
@@ -115,7 +112,9 @@ pub fn row_from(
         verdict,
         pass_rate: stages.correctness.as_ref().map(|c| c.pass_rate),
         speedup: t.filter(|_| verdict == Verdict::Correct).map(|t| t.speedup),
-        ci95: t.map(|t| t.ci95).filter(|c| c[0].is_finite() && c[1].is_finite()),
+        ci95: t
+            .map(|t| t.ci95)
+            .filter(|c| c[0].is_finite() && c[1].is_finite()),
         candidate_us: t.map(|t| t.candidate_us),
         reference_us: t.map(|t| t.reference_us),
         floor_us: t.map(|t| t.floor_us),
