@@ -127,11 +127,16 @@ pub fn row_from(
     }
 }
 
-/// Reads a table (JSON lines; blank lines skipped).
+/// Reads a table (JSON lines, gzipped when the name ends in `.gz`; blank lines skipped).
 pub fn read(path: &Path) -> Result<Vec<Row>, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let reader: Box<dyn std::io::Read> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
     let mut rows = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (i, line) in std::io::BufReader::new(reader).lines().enumerate() {
         let line = line.map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
         if line.trim().is_empty() {
             continue;
