@@ -46,6 +46,7 @@ pub fn seconds(text: &str) -> Result<f64, NumberError> {
 
 /// A duration flag that the library takes as a number: positive and finite, else an error
 /// naming the flag.
+#[cfg(feature = "serve")]
 #[derive(Debug, thiserror::Error)]
 #[error("--{flag} must be a positive number of seconds")]
 pub struct DurationError {
@@ -54,6 +55,7 @@ pub struct DurationError {
 }
 
 /// `value` seconds as a duration, or an error naming `--flag`.
+#[cfg(feature = "serve")]
 pub fn duration(flag: &'static str, value: f64) -> Result<Duration, DurationError> {
     if value > 0.0 && value.is_finite() {
         Ok(Duration::from_secs_f64(value))
