@@ -81,6 +81,26 @@ impl CompileArgs {
     }
 }
 
+/// The task buffer cap (`--max-buffer-gib`).
+#[derive(clap::Args, Clone)]
+struct LimitArgs {
+    /// Largest total of buffer bytes one task config may need, GiB (default: a quarter of
+    /// the smallest visible GPU's memory; 8 GiB where there is no GPU).
+    #[arg(long, value_name = "GIB")]
+    max_buffer_gib: Option<f64>,
+}
+
+impl LimitArgs {
+    /// The limits tasks are loaded with.
+    fn limits(&self) -> Result<cudaperf::task::TaskLimits, String> {
+        use cudaperf::task::TaskLimits;
+        match self.max_buffer_gib {
+            Some(g) => TaskLimits::from_gib(g).map_err(|e| format!("--max-buffer-gib: {e}")),
+            None => Ok(TaskLimits::for_this_machine()),
+        }
+    }
+}
+
 /// The evaluator for these options; unusable options (an architecture NVRTC does not know,
 /// a cache folder that cannot be written, no worker) are an error naming the flag.
 fn evaluator(options: EvalOptions) -> Result<Evaluator, String> {
@@ -119,6 +139,8 @@ enum Command {
         json: bool,
         #[command(flatten)]
         compile: CompileArgs,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Serve rewards over HTTP/JSON (POST /v1/score, GET /v1/tasks, /healthz, /metrics).
     #[cfg(feature = "serve")]
@@ -539,9 +561,10 @@ fn score(
     step: u64,
     json: bool,
     compile: CompileArgs,
+    limits: LimitArgs,
 ) -> Result<ExitCode, String> {
     check_stdin_once(&files)?;
-    let task = Task::load(&task).map_err(|e| e.to_string())?;
+    let task = Task::load_with(&task, &limits.limits()?).map_err(|e| e.to_string())?;
     let reward = preset(&reward)?;
     let subs = files
         .iter()
@@ -1235,7 +1258,8 @@ fn main() -> ExitCode {
             step,
             json,
             compile,
-        } => score(task, files, reward, step, json, compile),
+            limits,
+        } => score(task, files, reward, step, json, compile, limits),
         Command::TrainRanker {
             tasks,
             timings,

@@ -14,8 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::expr::{Expr, Sizes};
 
 mod contract;
+mod limits;
 
 pub use contract::{Precision, PrecisionContract, ProbeBits, Regime};
+pub use limits::{LimitError, TaskLimits};
 
 /// A buffer parameter of a task's ABI, borrowed ([`Task::buffers`]).
 #[derive(Debug, Clone, Copy)]
@@ -438,21 +440,6 @@ pub struct Implementation {
     pub path: PathBuf,
     /// Its text.
     pub source: String,
-}
-
-/// Limits applied when validating a task.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TaskLimits {
-    /// Largest total of buffer bytes one config may need (default 8 GiB).
-    pub max_buffer_bytes: u64,
-}
-
-impl Default for TaskLimits {
-    fn default() -> Self {
-        TaskLimits {
-            max_buffer_bytes: 8 << 30,
-        }
-    }
 }
 
 /// A validated task.
@@ -1150,10 +1137,7 @@ impl Task {
             if bytes > limits.max_buffer_bytes {
                 return Err(invalid(
                     format!("configs[{ci}]"),
-                    format!(
-                        "config `{}` needs {bytes} bytes of buffers, more than the cap of {} bytes",
-                        c.name, limits.max_buffer_bytes
-                    ),
+                    limits.over_cap(&c.name, bytes),
                 ));
             }
         }
