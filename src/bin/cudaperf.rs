@@ -81,6 +81,86 @@ impl CompileArgs {
     }
 }
 
+#[derive(Subcommand)]
+enum TasksCommand {
+    /// Import KernelBench-layout problems (`class Model(nn.Module)`, `get_inputs()`,
+    /// `get_init_inputs()`) as task folders; needs python3 with PyTorch (CPU is enough).
+    Import {
+        /// Problem files (.py), or folders whose .py files are all imported.
+        #[arg(required = true)]
+        problems: Vec<PathBuf>,
+        /// Folder the task folders are written into (one per problem, named by its id).
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+        /// Python interpreter with PyTorch.
+        #[arg(long, default_value = "python3")]
+        python: PathBuf,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+}
+
+/// `cudaperf tasks import`: one line per problem; exit 1 when any was refused.
+fn tasks_import(
+    problems: Vec<PathBuf>,
+    out: PathBuf,
+    python: PathBuf,
+    limits: LimitArgs,
+) -> Result<ExitCode, String> {
+    use cudaperf::task::import::{import_problems, ImportOptions};
+    let options = ImportOptions {
+        python,
+        limits: limits.limits()?,
+        ..Default::default()
+    };
+    let mut files = Vec::new();
+    for p in &problems {
+        if p.is_dir() {
+            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.is_file() && f.extension().is_some_and(|e| e == "py"))
+                .collect();
+            in_dir.sort();
+            files.extend(in_dir);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    // One probe process for all of them: PyTorch is imported once.
+    let results: Vec<_> = files
+        .iter()
+        .cloned()
+        .zip(import_problems(&files, &out, &options))
+        .collect();
+    let mut failed = 0;
+    for (file, r) in &results {
+        match r {
+            Ok(task) => println!(
+                "{}: imported as {} ({} params, configs {})",
+                file.display(),
+                task.dir.display(),
+                task.params.len(),
+                task.configs
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Err(e) => {
+                failed += 1;
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    println!("{} imported, {failed} refused", results.len() - failed);
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 /// The task buffer cap (`--max-buffer-gib`).
 #[derive(clap::Args, Clone)]
 struct LimitArgs {
@@ -222,6 +302,11 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Task folders: import problems written as PyTorch modules.
+    Tasks {
+        #[command(subcommand)]
+        command: TasksCommand,
     },
     /// Time every implementation of every task on the GPU against its reference.
     #[command(allow_negative_numbers = true)]
@@ -1297,6 +1382,15 @@ fn main() -> ExitCode {
             compile,
         } => features(file, task, json, compile),
         Command::Dataset { command } => dataset(command),
+        Command::Tasks {
+            command:
+                TasksCommand::Import {
+                    problems,
+                    out,
+                    python,
+                    limits,
+                },
+        } => tasks_import(problems, out, python, limits),
         Command::Measure {
             tasks,
             out,

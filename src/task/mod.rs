@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::expr::{Expr, Sizes};
 
 mod contract;
+pub mod import;
 mod limits;
 
 pub use contract::{Precision, PrecisionContract, ProbeBits, Regime};
@@ -786,6 +787,12 @@ impl Task {
                 ))
             }
         };
+        if raw.reference == raw.original && kind != TaskKind::Torch2cuda {
+            return Err(invalid(
+                "reference".into(),
+                "only a torch2cuda task can name its original as the reference (a PyTorch reference)".into(),
+            ));
+        }
 
         // Configs first: expressions are checked against their size names.
         if raw.configs.is_empty() {
@@ -1142,6 +1149,15 @@ impl Task {
             }
         }
         Ok(task)
+    }
+
+    /// True when the task names its PyTorch original as its reference (`reference =
+    /// "original.py"`, as `cudaperf tasks import` writes): there is no CUDA reference, and the
+    /// reference side is the module itself (docs/pytorch-tasks.md).
+    pub fn torch_reference(&self) -> bool {
+        self.kind == TaskKind::Torch2cuda
+            && self.reference.path.file_name().and_then(|f| f.to_str())
+                == Some(self.original_file.as_str())
     }
 
     /// The ABI's buffer parameters, in order.
