@@ -1,0 +1,210 @@
+//! `cudaperf tasks import` on the problems of fixtures/pytorch (KernelBench layout): every
+//! good problem becomes a task folder the loader accepts, with the ABI, sizes and configs
+//! its tensors imply; every problem in fixtures/pytorch/refused is refused in one line that
+//! names the file and the reason, and leaves nothing behind; an imported original computes
+//! the problem with the parameters taken from the ABI. Needs python3 with PyTorch (a CPU
+//! wheel is enough); without it each test prints why it skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use cudaperf::inputs::HostInputs;
+use cudaperf::originals::{element_f64, run_original, Engine, Tools};
+use cudaperf::task::import::{import_problems, ImportError, ImportOptions};
+use cudaperf::task::{Param, Task, TaskLimits};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch")
+}
+
+fn py_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Whether PyTorch is importable; prints the skip reason when not.
+fn torch_here(test: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import torch"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("skipped {test}: `python3 -c 'import torch'` fails here (install a CPU wheel of PyTorch to run it)");
+    }
+    ok
+}
+
+fn names(task: &Task) -> Vec<String> {
+    task.params.iter().map(|p| p.name().to_string()).collect()
+}
+
+fn buffer_len(task: &Task, name: &str) -> String {
+    task.params
+        .iter()
+        .find_map(|p| match p {
+            Param::Buffer { name: n, len, .. } if n == name => Some(len.as_str().to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no buffer `{name}` in {}", task.id))
+}
+
+/// All good problems (the ReLU at KernelBench's full size with the cap raised) and all
+/// refused ones in one probe run: PyTorch is imported once.
+#[test]
+fn fixtures_import_or_are_refused_in_one_line() {
+    if !torch_here("fixtures_import_or_are_refused_in_one_line") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let good = py_files(&fixtures());
+    let refused = py_files(&fixtures().join("refused"));
+    assert!(good.len() >= 12, "{} good problems", good.len());
+    let options = ImportOptions {
+        // KernelBench's ReLU needs 12 GiB of buffers: over the 8 GiB default.
+        limits: TaskLimits::from_gib(16.0).unwrap(),
+        ..Default::default()
+    };
+    let all: Vec<PathBuf> = good.iter().chain(&refused).cloned().collect();
+    let results = import_problems(&all, out.path(), &options);
+    assert_eq!(results.len(), all.len());
+    let mut tasks = std::collections::BTreeMap::new();
+    for (file, r) in all.iter().zip(results) {
+        let refused_file = file.parent().unwrap().ends_with("refused");
+        match r {
+            Ok(task) => {
+                assert!(!refused_file, "{} was imported", file.display());
+                // Loads again from its folder like any task; smaller configs with odd sizes
+                // come before the file's own sizes.
+                let again = Task::load_with(&task.dir, &options.limits).unwrap();
+                assert!(again.torch_reference(), "{}", task.id);
+                assert!(task.configs.len() >= 2, "{}: {:?}", task.id, task.configs);
+                let last = task.configs.last().unwrap();
+                assert_eq!(last.name, "file", "{}", task.id);
+                assert!(
+                    task.configs[0].sizes.values().any(|v| v % 2 == 1),
+                    "{}: {:?}",
+                    task.id,
+                    task.configs[0]
+                );
+                tasks.insert(task.id.clone(), task);
+            }
+            Err(e) => {
+                assert!(refused_file, "{} refused: {e}", file.display());
+                let line = e.to_string();
+                assert!(!line.contains('\n'), "{line}");
+                assert!(line.starts_with(&file.display().to_string()), "{line}");
+                assert!(matches!(e, ImportError::Refused { .. }), "{line}");
+            }
+        }
+    }
+    assert_eq!(tasks.len(), good.len());
+    // Nothing half-written: one folder per imported task and no staging left.
+    let folders = std::fs::read_dir(out.path()).unwrap().count();
+    assert_eq!(folders, good.len());
+
+    // A module with parameters: they follow the inputs, the batch is the size constant.
+    let lin = &tasks["linear_bias"];
+    assert_eq!(names(lin), ["x", "fc_weight", "fc_bias", "out", "batch_size"]);
+    assert_eq!(buffer_len(lin, "fc_weight"), "768 * 1024");
+    assert_eq!(buffer_len(lin, "out"), "batch_size * 768");
+    // A convolution: its output's spatial sizes are sizes of their own.
+    let conv = &tasks["conv2d"];
+    assert_eq!(buffer_len(conv, "out"), "batch_size * 16 * out_d2 * out_d3");
+    for c in &conv.configs {
+        assert_eq!(c.sizes["out_d2"], c.sizes["height"] - 2, "{c:?}");
+    }
+    // Buffers of a norm in inference mode are inputs too (running stats, the counter).
+    let bn = &tasks["batch_norm"];
+    for n in ["bn_running_mean", "bn_running_var", "bn_num_batches_tracked"] {
+        assert!(names(bn).iter().any(|x| x == n), "{:?}", names(bn));
+    }
+    // The full-size ReLU keeps KernelBench's sizes as its timed config.
+    let relu = &tasks["19_relu"];
+    assert_eq!(relu.configs.last().unwrap().sizes["dim"], 393216);
+    assert_eq!(
+        relu.buffer_bytes(relu.configs.last().unwrap()).unwrap(),
+        2 * 4096 * 393216 * 4
+    );
+    // Output types set the tolerance; integer outputs are exact.
+    assert_eq!(tasks["argmax_dim"].tolerance.atol, 0.0);
+    assert!(tasks["gelu_fp16"].tolerance.atol > tasks["softmax"].tolerance.atol);
+}
+
+/// The ReLU at KernelBench's size under the default 8 GiB cap: refused with the config and
+/// both numbers, and no folder written.
+#[test]
+fn full_size_problem_over_the_default_cap_names_both_numbers() {
+    if !torch_here("full_size_problem_over_the_default_cap_names_both_numbers") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let relu = fixtures().join("19_ReLU.py");
+    let e = import_problems(&[relu], out.path(), &ImportOptions::default())
+        .pop()
+        .unwrap()
+        .unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains("19_ReLU.py"), "{m}");
+    assert!(m.contains("config `file`"), "{m}");
+    assert!(m.contains("12884901888 bytes"), "{m}");
+    assert!(m.contains("8589934592 bytes"), "{m}");
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+}
+
+/// The imported original takes the module's parameters from the ABI, not from its own
+/// initialisation: a linear layer run through the crate's driver on generated inputs equals
+/// x @ W^T + b computed here from the same inputs.
+#[test]
+fn imported_original_uses_the_abi_parameters() {
+    if !torch_here("imported_original_uses_the_abi_parameters") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let task = import_problems(
+        &[fixtures().join("linear_bias.py")],
+        out.path(),
+        &ImportOptions::default(),
+    )
+    .pop()
+    .unwrap()
+    .unwrap();
+    let cfg = &task.configs[0];
+    let inputs = HostInputs::generate(&task, cfg, 7).unwrap();
+    let tools = Tools::detect();
+    let ran = run_original(
+        &task,
+        cfg,
+        &inputs,
+        Engine::Torch,
+        &tools,
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    let dtype = cudaperf::task::DType::F32;
+    let batch = cfg.sizes["batch_size"] as usize;
+    let (inf, outf) = (1024, 768);
+    let x = inputs.buffers[0].as_ref().unwrap();
+    let w = inputs.buffers[1].as_ref().unwrap();
+    let b = inputs.buffers[2].as_ref().unwrap();
+    let y = ran.buffers[3].as_ref().unwrap();
+    for r in 0..batch {
+        for o in 0..outf {
+            let mut want = element_f64(dtype, b, o);
+            for i in 0..inf {
+                want += element_f64(dtype, x, r * inf + i) * element_f64(dtype, w, o * inf + i);
+            }
+            let got = element_f64(dtype, y, r * outf + o);
+            assert!(
+                (got - want).abs() <= 1e-4 + 1e-4 * want.abs(),
+                "y[{r}][{o}] = {got}, want {want}"
+            );
+        }
+    }
+}
