@@ -2,8 +2,10 @@
 //! good problem becomes a task folder the loader accepts, with the ABI, sizes and configs
 //! its tensors imply; every problem in fixtures/pytorch/refused is refused in one line that
 //! names the file and the reason, and leaves nothing behind; an imported original computes
-//! the problem with the parameters taken from the ABI. Needs python3 with PyTorch (a CPU
-//! wheel is enough); without it each test prints why it skipped.
+//! the problem with the parameters taken from the ABI. Needs a Python with PyTorch (a CPU
+//! wheel is enough): `$CUDAPERF_TORCH_PYTHON`, else `python3` (.ci/run installs PyTorch in a
+//! virtual environment of its own, so that the rest of the suite keeps its NumPy twins);
+//! without one each test prints why it skipped.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,15 +30,33 @@ fn py_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// The Python with PyTorch the tests use.
+fn python() -> PathBuf {
+    std::env::var_os("CUDAPERF_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// Import options with that Python.
+fn options() -> ImportOptions {
+    ImportOptions {
+        python: python(),
+        ..Default::default()
+    }
+}
+
 /// Whether PyTorch is importable; prints the skip reason when not.
 fn torch_here(test: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import torch"])
+    let ok = Command::new(python())
+        .args(["-c", "import torch, numpy"])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
     if !ok {
-        eprintln!("skipped {test}: `python3 -c 'import torch'` fails here (install a CPU wheel of PyTorch to run it)");
+        eprintln!(
+            "skipped {test}: `{} -c 'import torch, numpy'` fails here (set CUDAPERF_TORCH_PYTHON to a Python with a CPU wheel of PyTorch)",
+            python().display()
+        );
     }
     ok
 }
@@ -69,7 +89,7 @@ fn fixtures_import_or_are_refused_in_one_line() {
     let options = ImportOptions {
         // KernelBench's ReLU needs 12 GiB of buffers: over the 8 GiB default.
         limits: TaskLimits::from_gib(16.0).unwrap(),
-        ..Default::default()
+        ..options()
     };
     let all: Vec<PathBuf> = good.iter().chain(&refused).cloned().collect();
     let results = import_problems(&all, out.path(), &options);
@@ -146,7 +166,7 @@ fn full_size_problem_over_the_default_cap_names_both_numbers() {
     }
     let out = tempfile::tempdir().unwrap();
     let relu = fixtures().join("19_ReLU.py");
-    let e = import_problems(&[relu], out.path(), &ImportOptions::default())
+    let e = import_problems(&[relu], out.path(), &options())
         .pop()
         .unwrap()
         .unwrap_err();
@@ -170,14 +190,18 @@ fn imported_original_uses_the_abi_parameters() {
     let task = import_problems(
         &[fixtures().join("linear_bias.py")],
         out.path(),
-        &ImportOptions::default(),
+        &options(),
     )
     .pop()
     .unwrap()
     .unwrap();
     let cfg = &task.configs[0];
     let inputs = HostInputs::generate(&task, cfg, 7).unwrap();
-    let tools = Tools::detect();
+    let tools = Tools {
+        cc: None,
+        python: Some(python().display().to_string()),
+        torch: true,
+    };
     let ran = run_original(
         &task,
         cfg,
