@@ -232,3 +232,65 @@ fn imported_original_uses_the_abi_parameters() {
         }
     }
 }
+
+/// A task may name its original as the reference only when that original is PyTorch; the
+/// loader marks it (`torch_reference`), no Python needed.
+#[test]
+fn only_torch_originals_can_be_the_reference() {
+    let toml = |kind: &str, original: &str| {
+        format!(
+            "id = \"t\"\nkind = \"{kind}\"\noriginal = \"{original}\"\nreference = \"{original}\"\n\
+             [tolerance]\natol = 1e-5\nrtol = 1e-5\n\
+             [[params]]\nname = \"x\"\nkind = \"buffer\"\ndirection = \"in\"\ndtype = \"f32\"\nlen = \"n\"\nshape = [\"n\"]\n\
+             [[params]]\nname = \"y\"\nkind = \"buffer\"\ndirection = \"out\"\ndtype = \"f32\"\nlen = \"n\"\nshape = [\"n\"]\n\
+             [[configs]]\nname = \"a\"\nsizes = {{ n = 5 }}\n"
+        )
+    };
+    let files = |name: &str, text: &str| {
+        std::collections::BTreeMap::from([(name.to_string(), text.to_string())])
+    };
+    let py = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n";
+    let t = Task::from_toml_and_files(
+        &toml("torch2cuda", "original.py"),
+        &files("original.py", py),
+        &TaskLimits::default(),
+    )
+    .unwrap();
+    assert!(t.torch_reference());
+    let e = Task::from_toml_and_files(
+        &toml("c2cuda", "original.c"),
+        &files("original.c", "void t(const float* x, float* y, int n) {}\n"),
+        &TaskLimits::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("field `reference`") && e.contains("torch2cuda"), "{e}");
+}
+
+/// `score --max-buffer-gib`: a cap under a task's config refuses it with the config and
+/// both numbers; a cap that is not a positive number names the flag.
+#[test]
+fn score_takes_the_buffer_cap_from_the_command_line() {
+    let task = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tasks/gelu");
+    let cand = task.join("reference.cu");
+    let run = |gib: &str| {
+        Command::new(env!("CARGO_BIN_EXE_cudaperf"))
+            .args(["score", "--task"])
+            .arg(&task)
+            .args(["--max-buffer-gib", gib])
+            .arg(&cand)
+            .output()
+            .unwrap()
+    };
+    let o = run("0.000001");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("more than the cap of 1073 bytes (0.00 GiB)") && err.contains("config `"),
+        "{err}"
+    );
+    let o = run("-2");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("--max-buffer-gib") && err.contains("-2 GiB"), "{err}");
+}
