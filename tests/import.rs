@@ -131,7 +131,10 @@ fn fixtures_import_or_are_refused_in_one_line() {
 
     // A module with parameters: they follow the inputs, the batch is the size constant.
     let lin = &tasks["linear_bias"];
-    assert_eq!(names(lin), ["x", "fc_weight", "fc_bias", "out", "batch_size"]);
+    assert_eq!(
+        names(lin),
+        ["x", "fc_weight", "fc_bias", "out", "batch_size"]
+    );
     assert_eq!(buffer_len(lin, "fc_weight"), "768 * 1024");
     assert_eq!(buffer_len(lin, "out"), "batch_size * 768");
     // A convolution: its output's spatial sizes are sizes of their own.
@@ -142,7 +145,11 @@ fn fixtures_import_or_are_refused_in_one_line() {
     }
     // Buffers of a norm in inference mode are inputs too (running stats, the counter).
     let bn = &tasks["batch_norm"];
-    for n in ["bn_running_mean", "bn_running_var", "bn_num_batches_tracked"] {
+    for n in [
+        "bn_running_mean",
+        "bn_running_var",
+        "bn_num_batches_tracked",
+    ] {
         assert!(names(bn).iter().any(|x| x == n), "{:?}", names(bn));
     }
     // The full-size ReLU keeps KernelBench's sizes as its timed config.
@@ -187,14 +194,10 @@ fn imported_original_uses_the_abi_parameters() {
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    let task = import_problems(
-        &[fixtures().join("linear_bias.py")],
-        out.path(),
-        &options(),
-    )
-    .pop()
-    .unwrap()
-    .unwrap();
+    let task = import_problems(&[fixtures().join("linear_bias.py")], out.path(), &options())
+        .pop()
+        .unwrap()
+        .unwrap();
     let cfg = &task.configs[0];
     let inputs = HostInputs::generate(&task, cfg, 7).unwrap();
     let tools = Tools {
@@ -264,7 +267,10 @@ fn only_torch_originals_can_be_the_reference() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("field `reference`") && e.contains("torch2cuda"), "{e}");
+    assert!(
+        e.contains("field `reference`") && e.contains("torch2cuda"),
+        "{e}"
+    );
 }
 
 /// `score --max-buffer-gib`: a cap under a task's config refuses it with the config and
@@ -292,5 +298,8 @@ fn score_takes_the_buffer_cap_from_the_command_line() {
     let o = run("-2");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(err.contains("--max-buffer-gib") && err.contains("-2 GiB"), "{err}");
+    assert!(
+        err.contains("--max-buffer-gib") && err.contains("-2 GiB"),
+        "{err}"
+    );
 }

@@ -839,7 +839,11 @@ impl Harness {
         // The task itself must fit with one scratch-free candidate: otherwise every member
         // would be refused for a size it did not choose, and that is ours, not theirs.
         let abi = (job.configs.iter())
-            .map(|c| (0..job.buffers.len()).map(|i| job.buffer_bytes(c, i)).sum::<u64>())
+            .map(|c| {
+                (0..job.buffers.len())
+                    .map(|i| job.buffer_bytes(c, i))
+                    .sum::<u64>()
+            })
             .max()
             .unwrap_or(0);
         let least = need + abi + sizes.saved.iter().sum::<u64>();

@@ -120,10 +120,7 @@ mod tests {
 
     #[test]
     fn gib_values_checked() {
-        assert_eq!(
-            TaskLimits::from_gib(0.5).unwrap().max_buffer_bytes,
-            1 << 29
-        );
+        assert_eq!(TaskLimits::from_gib(0.5).unwrap().max_buffer_bytes, 1 << 29);
         for bad in [0.0, -3.0, f64::NAN, f64::INFINITY, 1e-12, 1e12] {
             assert!(TaskLimits::from_gib(bad).is_err(), "{bad} accepted");
         }

@@ -67,7 +67,13 @@ pub(crate) struct TaskFiles {
 fn ident(raw: &str) -> String {
     let mut s: String = raw
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .collect();
     if !s.starts_with(|c: char| c.is_ascii_alphabetic()) {
         s.insert_str(0, "t_");
@@ -240,7 +246,10 @@ pub(crate) fn task_files(
     );
     let _ = writeln!(t, "# The original is the problem itself plus a wrapper in the crate's convention: forward takes the");
     let _ = writeln!(t, "# problem's inputs, then its module's parameters and buffers (inputs like any other, drawn from");
-    let _ = writeln!(t, "# the job's seed), and returns the outputs. The reference is that PyTorch original.");
+    let _ = writeln!(
+        t,
+        "# the job's seed), and returns the outputs. The reference is that PyTorch original."
+    );
     let _ = writeln!(t, "id = {}", toml_str(id));
     let _ = writeln!(t, "kind = \"torch2cuda\"");
     let _ = writeln!(
@@ -250,7 +259,16 @@ pub(crate) fn task_files(
     );
     let _ = writeln!(t, "original = \"original.py\"");
     let _ = writeln!(t, "reference = \"original.py\"");
-    let _ = writeln!(t, "\n# By output type ({}): reordered sums of that type stay within it.", probe.outputs.iter().map(|o| o.dtype.as_str()).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(
+        t,
+        "\n# By output type ({}): reordered sums of that type stay within it.",
+        probe
+            .outputs
+            .iter()
+            .map(|o| o.dtype.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let _ = writeln!(t, "[tolerance]\natol = {atol:e}\nrtol = {rtol:e}");
     for (k, name) in tensor_names.iter().enumerate() {
         let dims = &sym.dims[k];
@@ -328,7 +346,11 @@ pub(crate) fn task_files(
 /// `original.py`: the problem's text unchanged, then the wrapper that gives it the crate's
 /// convention (`Model()` without arguments, every ABI input to `forward`).
 fn wrapper(probe: &Probe, problem_name: &str, source: &str, names: &[String]) -> String {
-    let positions: Vec<String> = probe.inputs.iter().map(|t| t.position.to_string()).collect();
+    let positions: Vec<String> = probe
+        .inputs
+        .iter()
+        .map(|t| t.position.to_string())
+        .collect();
     let constants: Vec<String> = (probe.constants.iter())
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
@@ -337,12 +359,17 @@ fn wrapper(probe: &Probe, problem_name: &str, source: &str, names: &[String]) ->
         .iter()
         .map(|p| serde_json::to_string(&p.name).unwrap_or_default())
         .collect();
-    let rank0: Vec<String> = (probe.configs.first().map(|c| &c.shapes).into_iter().flatten())
-        .take(probe.inputs.len() + probe.params.len())
-        .enumerate()
-        .filter(|(_, s)| s.is_empty())
-        .map(|(k, _)| k.to_string())
-        .collect();
+    let rank0: Vec<String> = (probe
+        .configs
+        .first()
+        .map(|c| &c.shapes)
+        .into_iter()
+        .flatten())
+    .take(probe.inputs.len() + probe.params.len())
+    .enumerate()
+    .filter(|(_, s)| s.is_empty())
+    .map(|(k, _)| k.to_string())
+    .collect();
     let args: Vec<&str> = names[..probe.inputs.len() + probe.params.len()]
         .iter()
         .map(|s| s.as_str())
@@ -422,7 +449,9 @@ mod tests {
                 {"name": "small_odd", "globals": {"batch_size": 9}, "shapes": [[9, 64], [32, 64], [32], [9, 32]]}
             ]
         }));
-        let names: Vec<String> = ["x", "fc_weight", "fc_bias", "out"].map(String::from).to_vec();
+        let names: Vec<String> = ["x", "fc_weight", "fc_bias", "out"]
+            .map(String::from)
+            .to_vec();
         let s = symbols(&p, &names, &mut names.clone()).unwrap();
         assert_eq!(s.dims[0], ["batch_size", "64"]);
         assert_eq!(s.dims[1], ["32", "64"]);
@@ -444,7 +473,10 @@ mod tests {
         }));
         let names: Vec<String> = vec!["x".into(), "out".into()];
         let s = symbols(&p, &names, &mut names.clone()).unwrap();
-        assert_eq!(s.dims, vec![vec!["height".to_string()], vec!["out_d0".to_string()]]);
+        assert_eq!(
+            s.dims,
+            vec![vec!["height".to_string()], vec!["out_d0".to_string()]]
+        );
     }
 
     #[test]

@@ -136,6 +136,9 @@ pub fn task_id(problem: &Path) -> String {
     }
 }
 
+/// A problem file and what its import came to.
+pub type Imported = (PathBuf, Result<Task, ImportError>);
+
 /// Imports one problem file into `out/<id>/` and returns the loaded task.
 pub fn import_problem(
     problem: &Path,
@@ -158,7 +161,7 @@ pub fn import_folder(
     dir: &Path,
     out: &Path,
     options: &ImportOptions,
-) -> Result<Vec<(PathBuf, Result<Task, ImportError>)>, ImportError> {
+) -> Result<Vec<Imported>, ImportError> {
     let io = |source| ImportError::Io {
         path: dir.to_path_buf(),
         source,
