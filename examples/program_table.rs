@@ -57,6 +57,10 @@ struct Args {
     /// Refresh the static columns (structure, ranker) of this table on the CPU.
     #[arg(long)]
     static_only: Option<PathBuf>,
+    /// Measure only these programs: a file of `task hash` lines (e.g. the final programs
+    /// of a replayed ablation, to re-measure them); use with a fresh `--out`.
+    #[arg(long)]
+    only: Option<PathBuf>,
     /// Print the sparsity figures of this table and exit.
     #[arg(long)]
     summary: Option<PathBuf>,
@@ -152,6 +156,29 @@ fn selected(ids: &[String]) -> Result<Vec<&'static SpaceTask>, String> {
         .collect()
 }
 
+/// The `task hash` pairs of an `--only` file.
+fn read_only(path: &Path) -> Result<HashSet<(String, String)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = HashSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut parts = line.split_whitespace();
+        match (parts.next(), parts.next(), parts.next()) {
+            (None, ..) => continue,
+            (Some(task), Some(hash), None) => {
+                out.insert((task.to_string(), hash.to_string()));
+            }
+            _ => {
+                return Err(format!(
+                    "{}:{}: expected `task hash`, got `{line}`",
+                    path.display(),
+                    i + 1
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
     let bad = || format!("--shard `{s}`: expected i/n with 0 <= i < n");
     let (i, n) = s.split_once('/').ok_or_else(bad)?;
@@ -197,6 +224,7 @@ fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result
         .append(true)
         .open(&out_path)
         .map_err(|e| format!("{}: {e}", out_path.display()))?;
+    let only = args.only.as_deref().map(read_only).transpose()?;
     let evaluator = common::setup::evaluator(fixtures, true, None);
     // Per task: the task and its programs of this shard still to measure, in chunks.
     let mut queues: Vec<(Task, &SpaceTask, Vec<Distinct>)> = Vec::new();
@@ -209,7 +237,10 @@ fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result
             .into_iter()
             .enumerate()
             .filter(|(i, d)| {
-                i % shards == shard && !done.contains(&(t.id.to_string(), d.hash.clone()))
+                let key = (t.id.to_string(), d.hash.clone());
+                i % shards == shard
+                    && !done.contains(&key)
+                    && only.as_ref().is_none_or(|o| o.contains(&key))
             })
             .map(|(_, d)| d)
             .collect();

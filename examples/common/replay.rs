@@ -260,6 +260,9 @@ pub struct RunResult {
     pub greedy_speedup: f64,
     /// The greedy program is correct.
     pub greedy_correct: bool,
+    /// Table hash of the final program (the greedy one; random search: the best correct
+    /// one it found, `None` when it found none).
+    pub final_hash: Option<String>,
     /// Fraction of the last quarter's samples with a hazard knob set.
     pub hazard_rate: f64,
     /// Best-so-far / best after every step (the curve).
@@ -413,6 +416,7 @@ pub fn run_one(
     let mut samples = 0usize;
     let mut first_hit = None;
     let mut best_so_far = 0.0f64;
+    let mut best_row: Option<usize> = None;
     let mut auc_sum = 0.0;
     let mut curve = Vec::with_capacity(cfg.steps);
     let mut reward_mean = Vec::with_capacity(cfg.steps);
@@ -450,7 +454,10 @@ pub fn run_one(
                 let r = &t.rows[row];
                 if r.correct() {
                     if let Some(s) = r.speedup {
-                        best_so_far = best_so_far.max(s);
+                        if s > best_so_far {
+                            best_so_far = s;
+                            best_row = Some(row);
+                        }
                     }
                 }
                 if first_hit.is_none() && t.near_best(row) {
@@ -538,6 +545,12 @@ pub fn run_one(
         .collect();
     let g = &t.rows[t.row_of(&greedy).expect("greedy combination covered")];
     // Random search has no policy: its final program is the best correct one it found.
+    // The final program, for re-measuring on the GPU (`program_table --only`).
+    let final_hash = if arm == Arm::Random {
+        best_row.map(|r| t.rows[r].hash.clone())
+    } else {
+        Some(g.hash.clone())
+    };
     let (greedy_speedup, greedy_correct) = if arm == Arm::Random {
         (
             if best_so_far > 0.0 { best_so_far } else { 1.0 },
@@ -557,6 +570,7 @@ pub fn run_one(
         auc: auc_sum / budget.max(1) as f64,
         greedy_speedup,
         greedy_correct,
+        final_hash,
         hazard_rate: late.1 as f64 / late.0.max(1) as f64,
         curve,
         reward_mean,
