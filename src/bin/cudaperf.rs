@@ -1125,7 +1125,7 @@ fn measure(
             tt.implementations.insert(
                 imp.name.clone(),
                 ImplTiming {
-                    verdict: verdict.as_str().into(),
+                    verdict,
                     reason,
                     time_us: t.map(|t| t.candidate_us),
                     reference_us: t.map(|t| t.reference_us),

@@ -19,7 +19,7 @@ use super::extract::{self, Plan, Submission};
 use super::gpu::{GpuMember, GpuState};
 use super::ranker::{RankerInput, RankerState};
 use super::report::{CompileStatus, Stages};
-use super::{compile, structure, syntax, Stage, Verdict};
+use super::{compile, structure, syntax, Outcome, Stage, Verdict};
 
 /// Settings of the pipeline; every field has a documented default.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -98,6 +98,12 @@ impl Evaluation {
     /// The verdict of the stages up to `upto` (what a reward that needs `upto` read).
     pub fn verdict_at(&self, upto: Stage) -> Verdict {
         Verdict::of(&self.stages, upto)
+    }
+
+    /// The verdict of every stage run so far with the first reason it is not `correct`
+    /// ([`Stages::outcome`]).
+    pub fn outcome(&self) -> Outcome {
+        self.stages.outcome(self.reached.unwrap_or(Stage::Extract))
     }
 
     /// Whether the GPU stages have nothing to run for this submission: it has no compiled

@@ -50,7 +50,7 @@ pub use report::{
 };
 pub use structure::{stage_from as structure_stage_from, static_occupancy};
 pub use syntax::check_syntax;
-pub use verdict::Verdict;
+pub use verdict::{Outcome, Verdict};
 
 use serde::{Deserialize, Serialize};
 
