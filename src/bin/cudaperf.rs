@@ -83,9 +83,18 @@ impl CompileArgs {
 
 /// The evaluator for these options; unusable options (an architecture NVRTC does not know,
 /// a cache folder that cannot be written, no worker) are an error naming the flag.
-fn evaluator(options: EvalOptions) -> Result<Evaluator, String> {
+/// `$CUDAPERF_RANKER_MODEL`, when set and not empty: the ranker model folder of every
+/// evaluator this program builds (the library reads no environment).
+fn ranker_model_from_env() -> Option<PathBuf> {
+    std::env::var_os(cudaperf::pipeline::RANKER_MODEL_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+fn evaluator(mut options: EvalOptions) -> Result<Evaluator, String> {
     use cudaperf::compile::CompilerError;
     use cudaperf::reward::EvalError;
+    options.ranker_model = options.ranker_model.or_else(ranker_model_from_env);
     Evaluator::new(options).map_err(|e| match &e {
         EvalError::Compiler(
             CompilerError::InvalidArch { .. } | CompilerError::UnsupportedArch(_),
@@ -272,6 +281,7 @@ fn eval_options(compile: &CompileArgs, no_gpu: bool) -> Result<EvalOptions, Stri
     Ok(EvalOptions {
         compile: compile.options(),
         no_gpu,
+        ranker_model: ranker_model_from_env(),
         ..Default::default()
     })
 }
@@ -941,11 +951,7 @@ fn rank(
     use cudaperf::ranker::{features_for, FeatureSet, TimedPlan, TrainedRanker};
     check_stdin_once(&[a.clone(), b.clone()])?;
     let task = Task::load(&task).map_err(|e| e.to_string())?;
-    let model = model.or_else(|| {
-        std::env::var_os(cudaperf::pipeline::RANKER_MODEL_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    });
+    let model = model.or_else(ranker_model_from_env);
     let ranker = match &model {
         Some(dir) => TrainedRanker::load_unchecked(dir),
         None => TrainedRanker::shipped(),

@@ -19,6 +19,7 @@ mod harness;
 mod job;
 mod report;
 mod runner;
+mod settings;
 mod support;
 mod timed;
 pub mod timing;
@@ -36,3 +37,4 @@ pub use job::{
 };
 pub use report::*;
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply, ZeroRange};
+pub use settings::{CtxSched, GpuSettings};

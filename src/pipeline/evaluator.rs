@@ -35,8 +35,9 @@ pub struct EvalOptions {
     pub no_gpu: bool,
     /// Device for static occupancy (a name in `analysis::DEVICES`; default H200).
     pub occupancy_device: Option<String>,
-    /// Ranker model folder for the ranker stage (default: `$CUDAPERF_RANKER_MODEL` if set,
-    /// else the model embedded in the library, see [`TrainedRanker::shipped`]).
+    /// Ranker model folder for the ranker stage (default: the model embedded in the library,
+    /// see [`TrainedRanker::shipped`]; the command line fills it from
+    /// `$CUDAPERF_RANKER_MODEL`, [`crate::pipeline::RANKER_MODEL_ENV`]).
     pub ranker_model: Option<PathBuf>,
 }
 

@@ -30,19 +30,10 @@ pub(crate) struct RankerInput<'a> {
     pub limits: &'a PlanLimits,
 }
 
-/// Environment variable naming a ranker model folder that replaces the shipped model (when
-/// `EvalOptions::ranker_model` is not set).
+/// Environment variable naming a ranker model folder that replaces the shipped model. The
+/// library does not read it: the command line (and so `cudaperf serve` and `cudaperf node`)
+/// puts it in `EvalOptions::ranker_model` when that is not given.
 pub const RANKER_MODEL_ENV: &str = "CUDAPERF_RANKER_MODEL";
-
-/// Where the model comes from: the explicit folder, else `$CUDAPERF_RANKER_MODEL`, else the
-/// model embedded in the library.
-fn model_source(explicit: Option<&PathBuf>) -> Option<PathBuf> {
-    explicit.cloned().or_else(|| {
-        std::env::var_os(RANKER_MODEL_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })
-}
 
 /// The ranker stage's state: the model (loaded on first use) and the reference scores.
 pub(crate) struct RankerState {
@@ -54,7 +45,8 @@ pub(crate) struct RankerState {
 
 impl RankerState {
     pub fn new(explicit: Option<&PathBuf>) -> RankerState {
-        let source = model_source(explicit);
+        // The explicit folder, else the model embedded in the library.
+        let source = explicit.cloned();
         RankerState {
             origin: source
                 .as_ref()
