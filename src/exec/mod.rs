@@ -33,7 +33,7 @@ pub(crate) use harness::buffer_seed;
 pub use harness::GpuHandler;
 pub use job::{
     fills_of, BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam,
-    JobParts, JobRegime, JobSide, TimingOptions, JOB_HEADROOM_MS,
+    JobParts, JobRegime, JobSide, TimingOptions, ValuesError, JOB_HEADROOM_MS,
 };
 pub use report::*;
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply, ZeroRange};

@@ -14,7 +14,7 @@ use crate::exec::{ExecOptions, ExecStatus, Executor};
 use crate::ranker::TrainedRanker;
 use crate::task::Task;
 
-use super::error::{EvalError, NoExecutor};
+use super::error::{EvalError, NoExecutor, NoRanker};
 use super::extract::{self, Plan, Submission};
 use super::gpu::{GpuMember, GpuState};
 use super::ranker::{RankerInput, RankerState};
@@ -317,7 +317,7 @@ impl Evaluator {
     }
 
     /// The ranker model, loaded on first use; `Err` says why there is none.
-    pub fn ranker(&self) -> Result<&Arc<TrainedRanker>, String> {
+    pub fn ranker(&self) -> Result<&Arc<TrainedRanker>, NoRanker> {
         self.ranker.model()
     }
 

@@ -15,6 +15,7 @@ use crate::ranker::{
 };
 use crate::task::Task;
 
+use super::error::NoRanker;
 use super::extract::Plan;
 use super::report::RankerStage;
 
@@ -39,7 +40,7 @@ pub const RANKER_MODEL_ENV: &str = "CUDAPERF_RANKER_MODEL";
 pub(crate) struct RankerState {
     source: Option<PathBuf>,
     origin: String,
-    model: OnceLock<Result<Arc<TrainedRanker>, String>>,
+    model: OnceLock<Result<Arc<TrainedRanker>, NoRanker>>,
     reference_scores: Mutex<HashMap<String, f32>>,
 }
 
@@ -76,14 +77,16 @@ impl RankerState {
 
     /// The model, loaded on first use; `Err` says why there is none (an unreadable model
     /// makes the stage unavailable, never a made-up score).
-    pub fn model(&self) -> Result<&Arc<TrainedRanker>, String> {
+    pub fn model(&self) -> Result<&Arc<TrainedRanker>, NoRanker> {
         self.model
             .get_or_init(|| {
                 let loaded = match &self.source {
                     Some(dir) => TrainedRanker::load_unchecked(dir),
                     None => TrainedRanker::shipped(),
                 };
-                loaded.map(Arc::new).map_err(|e| e.to_string())
+                loaded.map(Arc::new).map_err(|e| NoRanker {
+                    reason: e.to_string(),
+                })
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -102,7 +105,7 @@ impl RankerState {
     }
 
     fn score(&self, task: &Task, input: &RankerInput<'_>) -> Result<RankerStage, String> {
-        let ranker = self.model()?;
+        let ranker = self.model().map_err(|e| e.reason)?;
         let names = ranker.feature_names();
         let launch = FeatureSet::of(names).launch;
         let source = input.candidate.map_or("", |c| c.source.as_str());
