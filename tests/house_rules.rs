@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 /// its settings from option structs filled at these edges.
 const ENV_EDGES: &[(&str, &str)] = &[
     ("src/bin/", "the command line"),
-    ("src/worker.rs", "a worker process's start (GPU worker settings)"),
+    (
+        "src/worker.rs",
+        "a worker process's start (GPU worker settings)",
+    ),
     (
         "src/exec/runner.rs",
         "the inbox name the harness hands its runner process (internal plumbing)",
@@ -80,7 +83,8 @@ fn the_environment_is_read_only_at_the_edges() {
 
 #[test]
 fn env_reads_are_found_and_comments_are_not() {
-    let text = "let a = 1;\n// std::env::var(\"X\") in a comment\nlet b = std::env::var_os(\"Y\");\n";
+    let text =
+        "let a = 1;\n// std::env::var(\"X\") in a comment\nlet b = std::env::var_os(\"Y\");\n";
     assert_eq!(
         env_reads(text),
         vec![(3, "let b = std::env::var_os(\"Y\");".to_string())]
