@@ -172,11 +172,7 @@ pub fn run_job(
             }
         }
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
+            let what = panic_message(panic.as_ref());
             tracing::error!("scoring task {} panicked: {what}", task.id);
             outcome.results =
                 unavailable_items(n, &format!("internal error while scoring: {what}"));
@@ -184,6 +180,15 @@ pub fn run_job(
     }
     outcome.score_ms = start.elapsed().as_secs_f64() * 1e3;
     outcome
+}
+
+/// What a caught panic said (its `String` or `&str` payload).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Results put aside as they become final (see [`run_job`]), one slot per completion.
@@ -304,6 +309,14 @@ mod tests {
     /// Guards the server's verdict against the report's: both come from
     /// [`Stages::outcome`]. Before, a reward that read the compile stage on stages without
     /// one was `extracted` here and `unavailable` in the report.
+    #[test]
+    fn panic_payloads_are_read() {
+        let caught = std::panic::catch_unwind(|| panic!("boom {}", 1)).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "boom 1");
+        let caught = std::panic::catch_unwind(|| std::panic::panic_any(7u8)).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "unknown panic");
+    }
+
     #[test]
     fn the_server_verdict_is_the_report_verdict_without_a_compile_stage() {
         let mut stages = Stages::default();
