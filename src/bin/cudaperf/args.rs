@@ -134,3 +134,28 @@ pub fn evaluator(mut options: EvalOptions) -> Result<Evaluator, EvaluatorError> 
         _ => EvaluatorError::Other(e),
     })
 }
+
+/// The task buffer cap (`--max-buffer-gib`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct LimitArgs {
+    /// Largest total of buffer bytes one task config may need, GiB (default: a quarter of
+    /// the smallest visible GPU's memory; 8 GiB where there is no GPU).
+    #[arg(long, value_name = "GIB")]
+    pub max_buffer_gib: Option<f64>,
+}
+
+/// `--max-buffer-gib` is not a usable size.
+#[derive(Debug, thiserror::Error)]
+#[error("--max-buffer-gib: {0}")]
+pub struct LimitArgError(#[from] cudaperf::task::LimitError);
+
+impl LimitArgs {
+    /// The limits tasks are loaded with.
+    pub fn limits(&self) -> Result<cudaperf::task::TaskLimits, LimitArgError> {
+        use cudaperf::task::TaskLimits;
+        Ok(match self.max_buffer_gib {
+            Some(g) => TaskLimits::from_gib(g)?,
+            None => TaskLimits::for_this_machine(),
+        })
+    }
+}

@@ -134,10 +134,18 @@ pub fn stdin_is_source(text: &str) -> bool {
 /// Loads the task of `--task`: its folder or its `task.toml`. Any other file is refused in
 /// one line that says what a task is (a TOML parser's message about a `.cu` helps nobody).
 pub fn load_task(path: &Path) -> Result<Task, TaskArgError> {
+    load_task_with(path, &cudaperf::task::TaskLimits::default())
+}
+
+/// [`load_task`] with an explicit buffer cap (`--max-buffer-gib`).
+pub fn load_task_with(
+    path: &Path,
+    limits: &cudaperf::task::TaskLimits,
+) -> Result<Task, TaskArgError> {
     if path.is_file() && path.extension().and_then(|e| e.to_str()) != Some("toml") {
         return Err(TaskArgError::NotATask(path.to_path_buf()));
     }
-    Ok(Task::load(path)?)
+    Ok(Task::load_with(path, limits)?)
 }
 
 /// The tasks in `dir` (each a folder with a `task.toml`), sorted by folder name; with

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use cudaperf::reward::{presets, Context, EvalOptions, Reward, RewardReport, Submission, Verdict};
 
-use crate::args::{evaluator, whole, CompileArgs, EvaluatorError};
+use crate::args::{evaluator, whole, CompileArgs, EvaluatorError, LimitArgError, LimitArgs};
 use crate::input::{self, InputError, TaskArgError};
 use crate::output::{pretty, OutputError};
 use crate::verdict::{first_reason, one_line};
@@ -31,6 +31,8 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     compile: CompileArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// Why `score` could not score.
@@ -42,6 +44,9 @@ pub enum Error {
     /// `--task` is not a task that loads.
     #[error(transparent)]
     Task(#[from] TaskArgError),
+    /// `--max-buffer-gib` is unusable.
+    #[error(transparent)]
+    Limits(#[from] LimitArgError),
     /// `--reward` names no preset.
     #[error("unknown reward `{0}` (expected cudaperf, correctness, kevin, fast_p:<p>, dhrcl)")]
     UnknownReward(String),
@@ -71,7 +76,7 @@ fn reward_by_name(name: &str) -> Result<Box<dyn Reward>, Error> {
 /// Runs `cudaperf score`.
 pub fn run(a: Args) -> Result<ExitCode, Error> {
     input::check_stdin_once(&a.files)?;
-    let task = input::load_task(&a.task)?;
+    let task = input::load_task_with(&a.task, &a.limits.limits()?)?;
     let reward = reward_by_name(&a.reward)?;
     let subs = a
         .files

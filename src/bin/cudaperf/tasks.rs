@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use cudaperf::dataset::{Dataset, DatasetError};
 use cudaperf::task::Task;
 
+use crate::args::{LimitArgError, LimitArgs};
 use crate::output::{pretty, OutputError};
 
 /// The tasks shipped with the crate (the folder this binary was built from).
@@ -23,6 +24,25 @@ enum Command {
     /// One line per task: name, family (c2cuda or torch2cuda), buffer dtypes, number of
     /// input configs.
     List(ListArgs),
+    /// Import KernelBench-layout problems (`class Model(nn.Module)`, `get_inputs()`,
+    /// `get_init_inputs()`) as task folders; needs python3 with PyTorch (CPU is enough).
+    Import(ImportArgs),
+}
+
+/// `cudaperf tasks import`.
+#[derive(clap::Args)]
+struct ImportArgs {
+    /// Problem files (.py), or folders whose .py files are all imported.
+    #[arg(required = true)]
+    problems: Vec<PathBuf>,
+    /// Folder the task folders are written into (one per problem, named by its id).
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    /// Python interpreter with PyTorch.
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// `cudaperf tasks list`.
@@ -50,6 +70,17 @@ pub enum Error {
     /// The list could not be printed.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// `--max-buffer-gib` is unusable.
+    #[error(transparent)]
+    Limits(#[from] LimitArgError),
+    /// A folder of problems could not be read.
+    #[error("{path}: {source}")]
+    ReadDir {
+        /// The folder.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
 }
 
 /// One task in the list.
@@ -84,7 +115,68 @@ impl<'a> Entry<'a> {
 pub fn run(a: Args) -> Result<ExitCode, Error> {
     match a.command {
         Command::List(l) => list(l),
+        Command::Import(i) => import(i),
     }
+}
+
+/// The .py files named, folders expanded (sorted).
+fn problem_files(problems: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
+    let mut files = Vec::new();
+    for p in problems {
+        if !p.is_dir() {
+            files.push(p.clone());
+            continue;
+        }
+        let entries = std::fs::read_dir(p).map_err(|source| Error::ReadDir {
+            path: p.clone(),
+            source,
+        })?;
+        let mut in_dir: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|f| f.is_file() && f.extension().is_some_and(|e| e == "py"))
+            .collect();
+        in_dir.sort();
+        files.extend(in_dir);
+    }
+    Ok(files)
+}
+
+/// One line per problem; exit 1 when any was refused.
+fn import(a: ImportArgs) -> Result<ExitCode, Error> {
+    use cudaperf::task::import::{import_problems, ImportOptions};
+    let options = ImportOptions {
+        python: a.python,
+        limits: a.limits.limits()?,
+        ..Default::default()
+    };
+    let files = problem_files(&a.problems)?;
+    // One probe process for all of them: PyTorch is imported once.
+    let results = import_problems(&files, &a.out, &options);
+    let mut failed = 0;
+    for (file, r) in files.iter().zip(&results) {
+        match r {
+            Ok(task) => {
+                let configs: Vec<&str> = task.configs.iter().map(|c| c.name.as_str()).collect();
+                println!(
+                    "{}: imported as {} ({} params, configs {})",
+                    file.display(),
+                    task.dir.display(),
+                    task.params.len(),
+                    configs.join(", ")
+                )
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    println!("{} imported, {failed} refused", results.len() - failed);
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn list(a: ListArgs) -> Result<ExitCode, Error> {
