@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::reward::Verdict;
 use crate::task::{Implementation, Task, TaskError, TaskKind};
 use crate::timings::Timings;
 
@@ -156,7 +157,7 @@ impl Dataset {
                 .all_implementations()
                 .filter_map(|i| {
                     let t = tt.implementations.get(&i.name)?;
-                    if t.verdict != "correct" {
+                    if t.verdict != Verdict::Correct {
                         return None;
                     }
                     Some((

@@ -19,7 +19,7 @@
 //! assert_eq!(v, [1.0, 1.5, 2.0]);
 //! ```
 
-use crate::exec::{ConfigValues, Fill};
+use crate::exec::{ConfigValues, Fill, ValuesError};
 use crate::task::{DType, InputConfig, Regime, Task};
 
 /// splitmix64's finaliser (with its increment), as `mix64` in `support.cu`.
@@ -163,7 +163,7 @@ pub struct HostInputs {
 
 impl HostInputs {
     /// Generates input set `seed` of `cfg`; the error names what could not be evaluated.
-    pub fn generate(task: &Task, cfg: &InputConfig, seed: u64) -> Result<HostInputs, String> {
+    pub fn generate(task: &Task, cfg: &InputConfig, seed: u64) -> Result<HostInputs, ValuesError> {
         HostInputs::generate_with(task, cfg, None, seed)
     }
 
@@ -174,7 +174,7 @@ impl HostInputs {
         cfg: &InputConfig,
         regime: Option<&Regime>,
         seed: u64,
-    ) -> Result<HostInputs, String> {
+    ) -> Result<HostInputs, ValuesError> {
         let mut values = ConfigValues::of(task, cfg)?;
         if regime.is_some() {
             values.fills = crate::exec::fills_of(task, cfg, regime)?;

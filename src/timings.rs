@@ -6,11 +6,14 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::reward::Verdict;
+
 /// One implementation's measurement against its task's reference.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImplTiming {
-    /// Verdict (`correct` for every usable entry).
-    pub verdict: String,
+    /// Verdict (`correct` for every usable entry), as
+    /// [`crate::reward::Stages::outcome`] decides it.
+    pub verdict: Verdict,
     /// Why it is not correct, if so.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reason: Option<String>,

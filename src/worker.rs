@@ -86,8 +86,14 @@ pub fn run_role(role: &str) -> i32 {
         Some(Role::Compile) => {
             crate::sandbox::run(role, &mut crate::compile::worker::CompileHandler)
         }
-        Some(Role::Gpu) => crate::sandbox::run(role, &mut crate::exec::GpuHandler::default()),
-        Some(Role::Runner) => crate::sandbox::run(role, &mut crate::exec::RunnerHandler::default()),
+        Some(Role::Gpu) => {
+            let mut harness = crate::exec::GpuHandler::new(gpu_settings_from_env());
+            crate::sandbox::run(role, &mut harness)
+        }
+        Some(Role::Runner) => {
+            let mut runner = crate::exec::RunnerHandler::new(&gpu_settings_from_env());
+            crate::sandbox::run(role, &mut runner)
+        }
         Some(Role::Diag) => crate::sandbox::run(role, &mut DiagHandler),
         None => {
             eprintln!(
@@ -96,6 +102,19 @@ pub fn run_role(role: &str) -> i32 {
             );
             2
         }
+    }
+}
+
+/// The GPU workers' settings, from the environment they inherit from the program that
+/// started them (the one place they are read): `$CUDAPERF_CTX_SCHED` (`spin`, `yield`,
+/// `blocking`; else the driver's choice) and `$CUDAPERF_TRACE_JOBS` (a file for one JSON
+/// line per job).
+fn gpu_settings_from_env() -> crate::exec::GpuSettings {
+    crate::exec::GpuSettings {
+        ctx_sched: std::env::var("CUDAPERF_CTX_SCHED").map_or(crate::exec::CtxSched::Auto, |s| {
+            crate::exec::CtxSched::from_name(&s)
+        }),
+        trace_jobs: std::env::var_os("CUDAPERF_TRACE_JOBS").map(std::path::PathBuf::from),
     }
 }
 

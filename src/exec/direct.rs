@@ -19,9 +19,15 @@ pub struct DirectGpu {
 }
 
 impl DirectGpu {
-    /// Opens the first visible GPU; the error says why there is none.
+    /// Opens the first visible GPU, its context waiting as the driver chooses; the error says
+    /// why there is none.
     pub fn open() -> Result<DirectGpu, String> {
-        let (gpu, info, _, support, arch) = super::support::open_gpu()?;
+        DirectGpu::open_with(super::CtxSched::Auto)
+    }
+
+    /// Opens the first visible GPU, its context waiting for the GPU as `sched` says.
+    pub fn open_with(sched: super::CtxSched) -> Result<DirectGpu, String> {
+        let (gpu, info, _, support, arch) = super::support::open_gpu(sched)?;
         Ok(DirectGpu {
             gpu,
             support,

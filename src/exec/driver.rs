@@ -5,6 +5,8 @@ use std::ffi::{c_void, CString};
 
 use cudarc::driver::{result, sys};
 
+use super::settings::CtxSched;
+
 /// A failed driver call: the CUresult and the step.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[error("{name} ({code}) during {during}")]
@@ -48,16 +50,14 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// How a host thread waits for the GPU (`$CUDAPERF_CTX_SCHED`: `spin`, `yield`,
-/// `blocking`; unset or `auto`: the driver's choice). Every GPU-side wait of the protocol is a
-/// host round trip between processes, so this is a latency knob, not a correctness one.
-fn sched_flags() -> Option<u32> {
+/// The context flags of a scheduling setting; `None` leaves the driver's choice.
+fn sched_flags(sched: CtxSched) -> Option<u32> {
     use sys::CUctx_flags_enum as F;
-    match std::env::var("CUDAPERF_CTX_SCHED").ok()?.as_str() {
-        "spin" => Some(F::CU_CTX_SCHED_SPIN as u32),
-        "yield" => Some(F::CU_CTX_SCHED_YIELD as u32),
-        "blocking" => Some(F::CU_CTX_SCHED_BLOCKING_SYNC as u32),
-        _ => None,
+    match sched {
+        CtxSched::Spin => Some(F::CU_CTX_SCHED_SPIN as u32),
+        CtxSched::Yield => Some(F::CU_CTX_SCHED_YIELD as u32),
+        CtxSched::Blocking => Some(F::CU_CTX_SCHED_BLOCKING_SYNC as u32),
+        CtxSched::Auto => None,
     }
 }
 
@@ -88,11 +88,12 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// Initialises the driver, retains device 0's primary context and creates a stream.
-    pub fn open() -> Result<Gpu, CudaError> {
+    /// Initialises the driver, retains device 0's primary context (waiting for the GPU as
+    /// `sched` says) and creates a stream.
+    pub fn open(sched: CtxSched) -> Result<Gpu, CudaError> {
         result::init().during(|| "cuInit".into())?;
         let device = result::device::get(0).during(|| "cuDeviceGet(0)".into())?;
-        if let Some(flags) = sched_flags() {
+        if let Some(flags) = sched_flags(sched) {
             // SAFETY: device is valid; only the scheduling flags of its primary context are
             // set, before it is retained. A context already active keeps its flags.
             let _ = unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(device, flags) };

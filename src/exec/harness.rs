@@ -23,6 +23,7 @@ use super::driver::{CudaError, DevSlice, DeviceBuffer, Event, Gpu, IpcMapping};
 use super::job::{ExecJob, JobConfig, JobModule, JobParam};
 use super::report::*;
 use super::runner::{BufferShare, RunArg, RunLaunch, RunnerClient, RunnerFault, ZeroRange};
+use super::settings::GpuSettings;
 use super::support::{StatsSlots, Support};
 use super::values::{arg_i32, scalar_arg};
 use crate::candidate::{ResolvedArg, ResolvedPlan};
@@ -33,6 +34,18 @@ use crate::task::{DType, Direction};
 #[derive(Default)]
 pub struct GpuHandler {
     state: Option<Result<Harness, String>>,
+    settings: GpuSettings,
+}
+
+impl GpuHandler {
+    /// A harness started with `settings` (its runners are started as workers of their own
+    /// and read theirs at their start).
+    pub fn new(settings: GpuSettings) -> GpuHandler {
+        GpuHandler {
+            state: None,
+            settings,
+        }
+    }
 }
 
 impl Handler for GpuHandler {
@@ -41,7 +54,8 @@ impl Handler for GpuHandler {
 
     fn handle(&mut self, job: ExecJob) -> Handled<Vec<ExecResult>> {
         let start = Instant::now();
-        let harness = match self.state.get_or_insert_with(Harness::open) {
+        let settings = &self.settings;
+        let harness = match self.state.get_or_insert_with(|| Harness::open(settings)) {
             Ok(h) => h,
             Err(reason) => {
                 let r = ExecResult::status_only(ExecStatus::Unavailable {
@@ -378,6 +392,8 @@ pub(crate) struct Harness {
     pub clock: (Event, Event),
     /// Statistics slots of the checks, kept between batches (grown when a batch needs more).
     pub stats: Option<StatsSlots>,
+    /// Where each job's trace is appended ([`GpuSettings::trace_jobs`]).
+    pub trace_jobs: Option<std::path::PathBuf>,
 }
 
 /// The kernel launches of one side's plan, for its runner (`nb` ABI buffers come first in
@@ -582,8 +598,9 @@ fn member_status(f: RunnerFault) -> Result<ExecStatus, Fault> {
 }
 
 impl Harness {
-    fn open() -> Result<Harness, String> {
-        let (gpu, info, max_warps_per_sm, support, _) = super::support::open_gpu()?;
+    fn open(settings: &GpuSettings) -> Result<Harness, String> {
+        let (gpu, info, max_warps_per_sm, support, _) =
+            super::support::open_gpu(settings.ctx_sched)?;
         let clock = (
             gpu.event().map_err(|e| e.to_string())?,
             gpu.event().map_err(|e| e.to_string())?,
@@ -598,6 +615,7 @@ impl Harness {
             stats: None,
             clock,
             gpu,
+            trace_jobs: settings.trace_jobs.clone(),
         })
     }
 
@@ -667,7 +685,7 @@ impl Harness {
         st.trace.wall_ms = ms_since(started);
         st.trace.run_gpu_ms = st.runs_ms;
         st.trace.harness_gpu_ms = st.harness_ms;
-        write_trace(&st.trace);
+        write_trace(self.trace_jobs.as_deref(), &st.trace);
         let mut restart = false;
         let job_gpu_ms = st.runs_ms + st.harness_ms;
         let results = match outcome {
@@ -1262,9 +1280,10 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// Appends the job's trace to `$CUDAPERF_TRACE_JOBS`, when set (best effort: a diagnostic).
-fn write_trace(trace: &JobTrace) {
-    let Some(path) = std::env::var_os("CUDAPERF_TRACE_JOBS") else {
+/// Appends the job's trace to `path` ([`GpuSettings::trace_jobs`]), when set (best effort:
+/// a diagnostic).
+fn write_trace(path: Option<&std::path::Path>, trace: &JobTrace) {
+    let Some(path) = path else {
         return;
     };
     if let Ok(line) = serde_json::to_string(trace) {

@@ -258,15 +258,30 @@ pub struct ConfigValues {
     pub fills: Vec<Option<Fill>>,
 }
 
+/// A config's values could not be evaluated: the error names the buffer, scalar or input
+/// and the config.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValuesError {
+    /// A buffer's length (the error names the buffer and the config).
+    #[error(transparent)]
+    Length(#[from] crate::task::SizeError),
+    /// A scalar's value or an input's distribution.
+    #[error("{what} in config `{config}`: {reason}")]
+    Value {
+        /// `scalar `n``, `inputs.x`, or `regime `r`: inputs.x`.
+        what: String,
+        /// The config.
+        config: String,
+        /// Why it could not be evaluated.
+        reason: String,
+    },
+}
+
 impl ConfigValues {
     /// Evaluates `cfg` of `task`; the error names the buffer, scalar or input and the config.
-    pub fn of(task: &Task, cfg: &crate::task::InputConfig) -> Result<ConfigValues, String> {
-        let lens: Vec<u64> = task
-            .buffer_lens(cfg)
-            .map_err(|e| e.to_string())?
-            .iter()
-            .map(|b| b.2)
-            .collect();
+    pub fn of(task: &Task, cfg: &crate::task::InputConfig) -> Result<ConfigValues, ValuesError> {
+        let lens: Vec<u64> = task.buffer_lens(cfg)?.iter().map(|b| b.2).collect();
         let mut scalars = Vec::new();
         for param in &task.params {
             match param {
@@ -276,9 +291,11 @@ impl ConfigValues {
                     } else {
                         value.eval_int(&cfg.sizes).map(|i| i as f64)
                     };
-                    scalars.push(
-                        v.map_err(|e| format!("scalar `{name}` in config `{}`: {e}", cfg.name))?,
-                    );
+                    scalars.push(v.map_err(|e| ValuesError::Value {
+                        what: format!("scalar `{name}`"),
+                        config: cfg.name.clone(),
+                        reason: e.to_string(),
+                    })?);
                 }
                 Param::Buffer { .. } => scalars.push(0.0),
             }
@@ -297,7 +314,7 @@ pub fn fills_of(
     task: &Task,
     cfg: &crate::task::InputConfig,
     regime: Option<&crate::task::Regime>,
-) -> Result<Vec<Option<Fill>>, String> {
+) -> Result<Vec<Option<Fill>>, ValuesError> {
     let mut fills = Vec::new();
     for b in task.buffers() {
         if !b.direction.is_input() {
@@ -309,14 +326,16 @@ pub fn fills_of(
             .or_else(|| task.inputs.get(b.name))
             .cloned()
             .unwrap_or_else(|| Distribution::default_for(b.dtype));
-        let field = match regime {
+        let what = match regime {
             Some(r) => format!("regime `{}`: inputs.{}", r.name, b.name),
             None => format!("inputs.{}", b.name),
         };
-        fills
-            .push(Some(fill_for(&dist, b.dtype, &cfg.sizes).map_err(|e| {
-                format!("{field} in config `{}`: {e}", cfg.name)
-            })?));
+        let fill = fill_for(&dist, b.dtype, &cfg.sizes).map_err(|e| ValuesError::Value {
+            what,
+            config: cfg.name.clone(),
+            reason: e.to_string(),
+        })?;
+        fills.push(Some(fill));
     }
     Ok(fills)
 }
@@ -454,7 +473,7 @@ impl ExecJob {
                 lens,
                 scalars,
                 fills,
-            } = ConfigValues::of(task, cfg).map_err(BuildError::Reference)?;
+            } = ConfigValues::of(task, cfg).map_err(|e| BuildError::Reference(e.to_string()))?;
             // A regime runs on the configs it lists, or else on the timed one: a kernel
             // that is wrong in general fails it there, where its speed would count.
             let regimes = task
@@ -473,8 +492,8 @@ impl ExecJob {
                         fills: fills_of(task, cfg, Some(r))?,
                     })
                 })
-                .collect::<Result<Vec<_>, String>>()
-                .map_err(BuildError::Reference)?;
+                .collect::<Result<Vec<_>, ValuesError>>()
+                .map_err(|e| BuildError::Reference(e.to_string()))?;
             // The probe changes low-order bits of continuous float inputs the contract
             // says must keep them.
             let probes = task

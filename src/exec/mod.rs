@@ -19,6 +19,7 @@ mod harness;
 mod job;
 mod report;
 mod runner;
+mod settings;
 mod support;
 mod timed;
 pub mod timing;
@@ -34,7 +35,8 @@ pub(crate) use harness::buffer_seed;
 pub use harness::GpuHandler;
 pub use job::{
     fills_of, BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam,
-    JobParts, JobRegime, JobSide, TimingOptions, JOB_HEADROOM_MS,
+    JobParts, JobRegime, JobSide, TimingOptions, ValuesError, JOB_HEADROOM_MS,
 };
 pub use report::*;
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply, ZeroRange};
+pub use settings::{CtxSched, GpuSettings};

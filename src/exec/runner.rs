@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::driver::{self, CudaError, DeviceBuffer, Event, Gpu, IpcHandle, Module};
 use super::fdpass::FdInbox;
+use super::settings::{CtxSched, GpuSettings};
 use crate::sandbox::{Handled, Handler, JobOutcome, Pool, WorkerSpec};
 
 /// One kernel argument of a run.
@@ -192,11 +193,11 @@ struct RunnerState {
 }
 
 impl RunnerState {
-    fn open() -> Result<RunnerState, String> {
+    fn open(sched: CtxSched) -> Result<RunnerState, String> {
         if !driver::driver_present() {
             return Err("libcuda not found: no NVIDIA driver on this machine".into());
         }
-        let gpu = Gpu::open().map_err(|e| format!("no usable GPU: {e}"))?;
+        let gpu = Gpu::open(sched).map_err(|e| format!("no usable GPU: {e}"))?;
         Ok(RunnerState {
             gpu,
             module: None,
@@ -525,6 +526,18 @@ impl Scrubber {
 #[derive(Default)]
 pub struct RunnerHandler {
     state: Option<Result<RunnerState, String>>,
+    sched: CtxSched,
+}
+
+impl RunnerHandler {
+    /// A runner whose context waits for the GPU as `settings` say (its trace file is the
+    /// harness's business).
+    pub fn new(settings: &GpuSettings) -> RunnerHandler {
+        RunnerHandler {
+            state: None,
+            sched: settings.ctx_sched,
+        }
+    }
 }
 
 impl Handler for RunnerHandler {
@@ -532,7 +545,8 @@ impl Handler for RunnerHandler {
     type Reply = RunnerReply;
 
     fn handle(&mut self, cmd: RunnerCmd) -> Handled<RunnerReply> {
-        let state = match self.state.get_or_insert_with(RunnerState::open) {
+        let sched = self.sched;
+        let state = match self.state.get_or_insert_with(|| RunnerState::open(sched)) {
             Ok(s) => s,
             Err(reason) => return Handled::refused(reason.clone()),
         };

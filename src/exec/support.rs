@@ -164,11 +164,13 @@ pub(crate) struct Support {
 /// The first visible GPU, what it is, and the harness kernels compiled for its architecture
 /// (`sm_XY`, also returned): what the harness and [`super::DirectGpu`] start from. The error
 /// says why there is no GPU.
-pub(crate) fn open_gpu() -> Result<(Gpu, DeviceInfo, i32, Support, String), String> {
+pub(crate) fn open_gpu(
+    sched: super::CtxSched,
+) -> Result<(Gpu, DeviceInfo, i32, Support, String), String> {
     if !super::driver::driver_present() {
         return Err("libcuda not found: no NVIDIA driver on this machine".into());
     }
-    let gpu = Gpu::open().map_err(|e| format!("no usable GPU: {e}"))?;
+    let gpu = Gpu::open(sched).map_err(|e| format!("no usable GPU: {e}"))?;
     let (info, max_warps_per_sm) = super::device::describe(&gpu)?;
     let arch = format!(
         "sm_{}{}",

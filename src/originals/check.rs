@@ -454,7 +454,7 @@ fn run_set(
         .iter()
         .position(|c| c.name == cfg.name)
         .unwrap_or(0);
-    let inputs = HostInputs::generate_with(task, cfg, regime, seed)?;
+    let inputs = HostInputs::generate_with(task, cfg, regime, seed).map_err(|e| e.to_string())?;
     let engine = tools.engine_for(task);
     let got =
         run_original(task, cfg, &inputs, engine, tools, opts.limit).map_err(|e| e.to_string())?;

@@ -165,7 +165,7 @@ pub fn torch_eager_ms(
     };
     let mut specs = Vec::new();
     for (index, &(task, cfg)) in items.iter().enumerate() {
-        let values = ConfigValues::of(task, cfg).map_err(|r| failed(task, cfg, r))?;
+        let values = ConfigValues::of(task, cfg).map_err(|r| failed(task, cfg, r.to_string()))?;
         let shapes = buffer_shapes(task, cfg).map_err(|r| failed(task, cfg, r))?;
         let ins: Vec<_> = shapes
             .iter()

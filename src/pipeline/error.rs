@@ -27,3 +27,12 @@ pub enum NoExecutor {
     #[error(transparent)]
     Unavailable(#[from] GpuUnavailable),
 }
+
+/// Why the evaluator has no ranker model: the model folder, or the model embedded in the
+/// library, could not be loaded (the reason names the folder and what was wrong).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct NoRanker {
+    /// Why, as the ranker's loader said it.
+    pub reason: String,
+}

@@ -14,12 +14,12 @@ use crate::exec::{ExecOptions, ExecStatus, Executor};
 use crate::ranker::TrainedRanker;
 use crate::task::Task;
 
-use super::error::{EvalError, NoExecutor};
+use super::error::{EvalError, NoExecutor, NoRanker};
 use super::extract::{self, Plan, Submission};
 use super::gpu::{GpuMember, GpuState};
 use super::ranker::{RankerInput, RankerState};
 use super::report::{CompileStatus, Stages};
-use super::{compile, structure, syntax, Stage, Verdict};
+use super::{compile, structure, syntax, Outcome, Stage, Verdict};
 
 /// Settings of the pipeline; every field has a documented default.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -35,8 +35,9 @@ pub struct EvalOptions {
     pub no_gpu: bool,
     /// Device for static occupancy (a name in `analysis::DEVICES`; default H200).
     pub occupancy_device: Option<String>,
-    /// Ranker model folder for the ranker stage (default: `$CUDAPERF_RANKER_MODEL` if set,
-    /// else the model embedded in the library, see [`TrainedRanker::shipped`]).
+    /// Ranker model folder for the ranker stage (default: the model embedded in the library,
+    /// see [`TrainedRanker::shipped`]; the command line fills it from
+    /// `$CUDAPERF_RANKER_MODEL`, [`crate::pipeline::RANKER_MODEL_ENV`]).
     pub ranker_model: Option<PathBuf>,
 }
 
@@ -142,6 +143,12 @@ impl Evaluation {
     /// The verdict of the stages up to `upto` (what a reward that needs `upto` read).
     pub fn verdict_at(&self, upto: Stage) -> Verdict {
         Verdict::of(&self.stages, upto)
+    }
+
+    /// The verdict of every stage run so far with the first reason it is not `correct`
+    /// ([`Stages::outcome`]).
+    pub fn outcome(&self) -> Outcome {
+        self.stages.outcome(self.reached.unwrap_or(Stage::Extract))
     }
 
     /// Whether the GPU stages have nothing to run for this submission: it has no compiled
@@ -354,7 +361,7 @@ impl Evaluator {
     }
 
     /// The ranker model, loaded on first use; `Err` says why there is none.
-    pub fn ranker(&self) -> Result<&Arc<TrainedRanker>, String> {
+    pub fn ranker(&self) -> Result<&Arc<TrainedRanker>, NoRanker> {
         self.ranker.model()
     }
 

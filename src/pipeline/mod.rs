@@ -39,7 +39,7 @@ mod syntax;
 mod verdict;
 
 pub use compile::stage_of as compile_stage_of;
-pub use error::{EvalError, NoExecutor};
+pub use error::{EvalError, NoExecutor, NoRanker};
 pub use evaluator::{EvalOptions, Evaluation, Evaluator, StageUnavailable};
 pub use extract::{select_configs, timing_config, Plan, Submission};
 pub use gpu::MAX_JOB_MEMBERS;
@@ -50,7 +50,7 @@ pub use report::{
 };
 pub use structure::{stage_from as structure_stage_from, static_occupancy};
 pub use syntax::check_syntax;
-pub use verdict::Verdict;
+pub use verdict::{Outcome, Verdict};
 
 use serde::{Deserialize, Serialize};
 

@@ -15,6 +15,7 @@ use crate::ranker::{
 };
 use crate::task::Task;
 
+use super::error::NoRanker;
 use super::extract::Plan;
 use super::report::RankerStage;
 
@@ -30,31 +31,23 @@ pub(crate) struct RankerInput<'a> {
     pub limits: &'a PlanLimits,
 }
 
-/// Environment variable naming a ranker model folder that replaces the shipped model (when
-/// `EvalOptions::ranker_model` is not set).
+/// Environment variable naming a ranker model folder that replaces the shipped model. The
+/// library does not read it: the command line (and so `cudaperf serve` and `cudaperf node`)
+/// puts it in `EvalOptions::ranker_model` when that is not given.
 pub const RANKER_MODEL_ENV: &str = "CUDAPERF_RANKER_MODEL";
-
-/// Where the model comes from: the explicit folder, else `$CUDAPERF_RANKER_MODEL`, else the
-/// model embedded in the library.
-fn model_source(explicit: Option<&PathBuf>) -> Option<PathBuf> {
-    explicit.cloned().or_else(|| {
-        std::env::var_os(RANKER_MODEL_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })
-}
 
 /// The ranker stage's state: the model (loaded on first use) and the reference scores.
 pub(crate) struct RankerState {
     source: Option<PathBuf>,
     origin: String,
-    model: OnceLock<Result<Arc<TrainedRanker>, String>>,
+    model: OnceLock<Result<Arc<TrainedRanker>, NoRanker>>,
     reference_scores: Mutex<HashMap<String, f32>>,
 }
 
 impl RankerState {
     pub fn new(explicit: Option<&PathBuf>) -> RankerState {
-        let source = model_source(explicit);
+        // The explicit folder, else the model embedded in the library.
+        let source = explicit.cloned();
         RankerState {
             origin: source
                 .as_ref()
@@ -84,14 +77,16 @@ impl RankerState {
 
     /// The model, loaded on first use; `Err` says why there is none (an unreadable model
     /// makes the stage unavailable, never a made-up score).
-    pub fn model(&self) -> Result<&Arc<TrainedRanker>, String> {
+    pub fn model(&self) -> Result<&Arc<TrainedRanker>, NoRanker> {
         self.model
             .get_or_init(|| {
                 let loaded = match &self.source {
                     Some(dir) => TrainedRanker::load_unchecked(dir),
                     None => TrainedRanker::shipped(),
                 };
-                loaded.map(Arc::new).map_err(|e| e.to_string())
+                loaded.map(Arc::new).map_err(|e| NoRanker {
+                    reason: e.to_string(),
+                })
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -117,7 +112,7 @@ impl RankerState {
                 task.id
             ));
         }
-        let ranker = self.model()?;
+        let ranker = self.model().map_err(|e| e.reason)?;
         let names = ranker.feature_names();
         let launch = FeatureSet::of(names).launch;
         let source = input.candidate.map_or("", |c| c.source.as_str());

@@ -66,43 +66,242 @@ impl Verdict {
     }
 
     /// The verdict of `stages` for a reward that reads up to `upto` (stages past it, which an
-    /// evaluation remembered for another reward may hold, do not decide it).
+    /// evaluation remembered for another reward may hold, do not decide it): the verdict of
+    /// [`Stages::outcome`].
     pub fn of(stages: &Stages, upto: Stage) -> Verdict {
-        if !stages.extract.ok {
-            return Verdict::ExtractError;
+        stages.outcome(upto).verdict
+    }
+}
+
+/// A [`Verdict`] with the one-line reason it is not `correct` (`None` for `correct`, and for
+/// `extracted` and `compiled`: nothing failed in the stages the reward read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The first reason it is not `correct`, on one line.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+}
+
+impl Outcome {
+    fn new(verdict: Verdict, reason: Option<String>) -> Outcome {
+        Outcome { verdict, reason }
+    }
+}
+
+impl Stages {
+    /// The one place a completion's verdict is decided: the verdict of the stages a reward
+    /// that reads up to `upto` saw, and the first reason it is not `correct`. Stages past
+    /// `upto` (which an evaluation remembered for another reward may hold) do not decide it.
+    ///
+    /// A stage the reward reads that did not run is `unavailable` (never `extracted` or
+    /// `compiled`, which say the reward stopped before it).
+    ///
+    /// ```
+    /// use cudaperf::reward::{Stage, Stages, Verdict};
+    /// let none = Stages::default(); // nothing extracted
+    /// let o = none.outcome(Stage::Timing);
+    /// assert_eq!(o.verdict, Verdict::ExtractError);
+    /// ```
+    pub fn outcome(&self, upto: Stage) -> Outcome {
+        if !self.extract.ok {
+            return Outcome::new(Verdict::ExtractError, self.extract.error.clone());
         }
         if upto < Stage::Compile {
-            return Verdict::Extracted;
+            return Outcome::new(Verdict::Extracted, None);
         }
-        match stages.compile.as_ref().map(|c| c.status) {
-            None => return Verdict::Unavailable,
-            Some(CompileStatus::Unavailable) => return Verdict::Unavailable,
-            Some(CompileStatus::Compiled) => {}
-            Some(_) => return Verdict::CompileError,
+        if let Some(failed) = self.compile_outcome() {
+            return failed;
         }
         if upto < Stage::Correctness {
-            return Verdict::Compiled;
+            return Outcome::new(Verdict::Compiled, None);
         }
-        if let Some(c) = &stages.correctness {
-            return if c.passed {
-                Verdict::Correct
-            } else {
-                Verdict::Incorrect
-            };
+        if let Some(c) = &self.correctness {
+            if c.passed {
+                return Outcome::new(Verdict::Correct, None);
+            }
+            let why = c
+                .configs
+                .iter()
+                .find(|c| !c.passed)
+                .map(|f| format!("config {}: {}", f.config, f.reasons.join("; ")));
+            return Outcome::new(Verdict::Incorrect, why);
         }
-        match stages.execute.as_ref().map(|e| &e.status) {
-            Some(ExecStatus::CudaError { .. }) => Verdict::CudaError,
-            Some(ExecStatus::InvalidLaunch { .. }) => Verdict::InvalidLaunch,
-            Some(ExecStatus::Timeout { .. }) => Verdict::Timeout,
-            Some(ExecStatus::Crashed { .. }) => Verdict::Crashed,
-            Some(ExecStatus::ReferenceFailed { .. }) => Verdict::ReferenceFailed,
+        self.execute_outcome()
+    }
+
+    /// The outcome when the compile stage did not produce a module; `None` when it did.
+    fn compile_outcome(&self) -> Option<Outcome> {
+        let Some(c) = &self.compile else {
+            let why = "the compile stage did not run".to_string();
+            return Some(Outcome::new(Verdict::Unavailable, Some(why)));
+        };
+        match c.status {
+            CompileStatus::Compiled => None,
+            CompileStatus::Unavailable => {
+                Some(Outcome::new(Verdict::Unavailable, c.reason.clone()))
+            }
+            CompileStatus::Error | CompileStatus::Rejected | CompileStatus::Timeout => {
+                let why = c.reason.clone().unwrap_or_else(|| first_lines(&c.log, 3));
+                Some(Outcome::new(Verdict::CompileError, Some(why)))
+            }
+        }
+    }
+
+    /// The outcome of a compiled candidate with no correctness stage: what stopped the run.
+    fn execute_outcome(&self) -> Outcome {
+        let Some(exec) = &self.execute else {
+            let why = "the GPU stages did not run".to_string();
+            return Outcome::new(Verdict::Unavailable, Some(why));
+        };
+        let verdict = match &exec.status {
+            ExecStatus::CudaError { .. } => Verdict::CudaError,
+            ExecStatus::InvalidLaunch { .. } => Verdict::InvalidLaunch,
+            ExecStatus::Timeout { .. } => Verdict::Timeout,
+            ExecStatus::Crashed { .. } => Verdict::Crashed,
+            ExecStatus::ReferenceFailed { .. } => Verdict::ReferenceFailed,
             _ => Verdict::Unavailable,
-        }
+        };
+        // The status as its report JSON: one line, with every field.
+        let why = serde_json::to_value(&exec.status)
+            .ok()
+            .map(|v| v.to_string())
+            .filter(|s| s != "null");
+        Outcome::new(verdict, why)
+    }
+}
+
+/// The first `n` lines of a log on one line.
+fn first_lines(text: &str, n: usize) -> String {
+    text.lines().take(n).collect::<Vec<_>>().join(" | ")
+}
+
+/// Lets a verdict be compared with its report string (`verdict == "correct"`).
+impl PartialEq<&str> for Verdict {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<str> for Verdict {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
     }
 }
 
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::report::{CompileStage, ExecuteStage};
+
+    fn extracted() -> Stages {
+        let mut s = Stages::default();
+        s.extract.ok = true;
+        s
+    }
+
+    fn compile(status: CompileStatus, log: &str, reason: Option<&str>) -> CompileStage {
+        CompileStage {
+            ok: status == CompileStatus::Compiled,
+            status,
+            log: log.into(),
+            kernels: Vec::new(),
+            cached: false,
+            millis: 1.0,
+            arch: "sm_90".into(),
+            sandboxed: true,
+            isolation: Default::default(),
+            reason: reason.map(str::to_string),
+        }
+    }
+
+    /// Guards the disagreement the server's own verdict function had: a reward that reads
+    /// the compile stage, on stages without one, is `unavailable` (it said `extracted`).
+    #[test]
+    fn a_stage_the_reward_reads_that_did_not_run_is_unavailable() {
+        let s = extracted();
+        assert_eq!(s.outcome(Stage::Syntax).verdict, Verdict::Extracted);
+        let o = s.outcome(Stage::Compile);
+        assert_eq!(o.verdict, Verdict::Unavailable);
+        assert_eq!(o.reason.as_deref(), Some("the compile stage did not run"));
+        let mut s = extracted();
+        s.compile = Some(compile(CompileStatus::Compiled, "", None));
+        assert_eq!(
+            s.outcome(Stage::Ranker),
+            Outcome::new(Verdict::Compiled, None)
+        );
+        let o = s.outcome(Stage::Correctness);
+        assert_eq!(o.verdict, Verdict::Unavailable);
+        assert_eq!(o.reason.as_deref(), Some("the GPU stages did not run"));
+        assert_eq!(Verdict::of(&s, Stage::Timing), o.verdict);
+    }
+
+    #[test]
+    fn reasons_name_the_first_failure_on_one_line() {
+        let mut s = Stages::default();
+        s.extract.error = Some("the completion has no ```cuda code block".into());
+        let o = s.outcome(Stage::Timing);
+        assert_eq!(o.verdict, Verdict::ExtractError);
+        assert_eq!(o.reason, s.extract.error);
+
+        let mut s = extracted();
+        let log = "candidate.cu(3): error: x is undefined\n  x = 1;\n  ^\nmore";
+        s.compile = Some(compile(CompileStatus::Error, log, None));
+        let o = s.outcome(Stage::Timing);
+        assert_eq!(o.verdict, Verdict::CompileError);
+        assert_eq!(
+            o.reason.as_deref(),
+            Some("candidate.cu(3): error: x is undefined |   x = 1; |   ^")
+        );
+        s.compile = Some(compile(
+            CompileStatus::Rejected,
+            "",
+            Some("forbidden include"),
+        ));
+        assert_eq!(
+            s.outcome(Stage::Compile),
+            Outcome::new(Verdict::CompileError, Some("forbidden include".into()))
+        );
+        s.compile = Some(compile(CompileStatus::Unavailable, "", Some("no NVRTC")));
+        assert_eq!(
+            s.outcome(Stage::Compile),
+            Outcome::new(Verdict::Unavailable, Some("no NVRTC".into()))
+        );
+
+        let mut s = extracted();
+        s.compile = Some(compile(CompileStatus::Compiled, "", None));
+        s.execute = Some(ExecuteStage {
+            status: ExecStatus::Timeout { limit_ms: 500 },
+            device: None,
+            millis: 600.0,
+            gpu_millis: f64::NAN,
+            job_gpu_millis: 0.0,
+            job_members: 1,
+        });
+        let o = s.outcome(Stage::Timing);
+        assert_eq!(o.verdict, Verdict::Timeout);
+        assert_eq!(
+            o.reason.as_deref(),
+            Some(r#"{"limit_ms":500,"status":"timeout"}"#)
+        );
+        // Stages past what the reward read do not decide it.
+        assert_eq!(s.outcome(Stage::Ranker).verdict, Verdict::Compiled);
+    }
+
+    #[test]
+    fn a_verdict_compares_with_its_report_string() {
+        assert!(Verdict::Correct == "correct");
+        assert!(Verdict::CompileError != "correct");
+        assert_eq!(
+            serde_json::to_string(&Verdict::ReferenceFailed).unwrap(),
+            r#""reference_failed""#
+        );
     }
 }

@@ -33,8 +33,8 @@ pub use crate::pipeline::report::{
     TimingStage,
 };
 pub use crate::pipeline::{
-    static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Stage, StageUnavailable,
-    Submission, Verdict,
+    static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Outcome, Stage,
+    StageUnavailable, Submission, Verdict,
 };
 
 use crate::task::Task;

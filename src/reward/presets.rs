@@ -222,3 +222,98 @@ pub fn staged_dhrcl(schedule: DhrclSchedule) -> Staged {
         )
         .from_step(schedule.performance_from, cudaperf())
 }
+
+/// The preset names [`by_name`] knows, as error messages list them.
+pub const NAMES: &str = "cudaperf, correctness, kevin, fast_p:<p>, dhrcl";
+
+/// A name [`by_name`] does not know, or a `fast_p:<p>` whose `p` is not a number `>= 0`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PresetError {
+    /// No preset has this name.
+    #[error("unknown reward `{name}` (expected one of {NAMES})")]
+    Unknown {
+        /// The name given.
+        name: String,
+    },
+    /// `fast_p:<p>` with a `p` that is not a finite number `>= 0` (`fast_p:NaN`, `fast_p:-1`).
+    #[error("`{name}`: fast_p:<p> needs a finite number p >= 0")]
+    BadThreshold {
+        /// The name given.
+        name: String,
+    },
+}
+
+/// The preset a name stands for, with default weights and schedule: `cudaperf`,
+/// `correctness`, `kevin`, `fast_p:<p>` (a finite `p >= 0`) or `dhrcl`. The one parser of
+/// preset names, for the command line and the server alike.
+///
+/// ```
+/// use cudaperf::reward::presets::{by_name, PresetError};
+/// assert!(by_name("fast_p:1.5")?.name().contains("1.5"));
+/// assert!(matches!(by_name("fast_p:NaN"), Err(PresetError::BadThreshold { .. })));
+/// assert!(matches!(by_name("kevni"), Err(PresetError::Unknown { .. })));
+/// # Ok::<(), PresetError>(())
+/// ```
+pub fn by_name(name: &str) -> Result<Box<dyn Reward>, PresetError> {
+    Ok(match name {
+        "cudaperf" => Box::new(cudaperf()),
+        "correctness" => Box::new(correctness_only()),
+        "kevin" => Box::new(kevin()),
+        "dhrcl" => Box::new(staged_dhrcl(DhrclSchedule::default())),
+        other => match other.strip_prefix("fast_p:").map(str::parse::<f64>) {
+            Some(Ok(p)) if p.is_finite() && p >= 0.0 => Box::new(kernelbench_fast_p(p)),
+            Some(_) => {
+                return Err(PresetError::BadThreshold {
+                    name: other.to_string(),
+                })
+            }
+            None => {
+                return Err(PresetError::Unknown {
+                    name: other.to_string(),
+                })
+            }
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the server's rule, now the CLI's too: `fast_p` takes only a finite p >= 0.
+    #[test]
+    fn fast_p_takes_only_a_finite_threshold_at_least_zero() {
+        for bad in [
+            "fast_p:NaN",
+            "fast_p:nan",
+            "fast_p:-1",
+            "fast_p:-0.5",
+            "fast_p:inf",
+            "fast_p:",
+            "fast_p:x",
+        ] {
+            let e = by_name(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(e, PresetError::BadThreshold { name: bad.into() }, "{bad}");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+        for good in ["fast_p:0", "fast_p:1", "fast_p:2.5"] {
+            assert!(by_name(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn every_listed_name_builds_and_others_are_unknown() {
+        for name in ["cudaperf", "correctness", "kevin", "dhrcl"] {
+            assert!(NAMES.contains(name));
+            assert!(by_name(name).is_ok(), "{name}");
+        }
+        let e = by_name("kevni").err().unwrap();
+        assert!(
+            e.to_string().contains("kevni") && e.to_string().contains(NAMES),
+            "{e}"
+        );
+    }
+}

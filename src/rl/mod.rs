@@ -90,8 +90,8 @@ pub use episode::{
     episode_advantages, Episode, EpisodeAdvantages, EpisodeOptions, Turn, TurnGrouping,
 };
 pub use feedback::{
-    feedback, next_turn_prompt, withheld_reason, Feedback, FeedbackItem, FeedbackOptions,
-    Importance,
+    feedback, next_turn_prompt, priority, withheld_reason, Feedback, FeedbackItem, FeedbackOptions,
+    Importance, ItemKind,
 };
 
 /// Why an RL computation could not be done. User input never panics; it ends here.

@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::reward::Verdict;
+
 /// A task given in the request body instead of by id: the `task.toml` text and the files
 /// it names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,8 +134,8 @@ pub struct JobSpec {
 pub struct ItemResult {
     /// Position in the request's `completions`.
     pub index: usize,
-    /// The verdict (see above).
-    pub verdict: String,
+    /// The verdict (see above), as [`crate::reward::Stages::outcome`] decides it.
+    pub verdict: Verdict,
     /// The reward, or `null` when none could be computed.
     pub value: Option<f64>,
     /// Why there is no value, or why the verdict is not `correct`.

@@ -162,7 +162,9 @@ impl Metrics {
             self.gpu_busy.inc_by(outcome.stages.gpu_ms / 1e3);
         }
         for r in &outcome.results {
-            self.completions.with_label_values(&[&r.verdict]).inc();
+            self.completions
+                .with_label_values(&[r.verdict.as_str()])
+                .inc();
         }
     }
 

@@ -55,9 +55,7 @@ pub use node::{node_main, run_node, NodeConfig};
 pub use queue::{QueueConfig, QueueStatus};
 pub use request::Limits;
 pub use reward_spec::{build_reward, SpecError, PRESET_NAMES};
-pub use score::{
-    item_result, run_job, score_group, verdict_of, JobOutcome, PartialResults, StageTimes,
-};
+pub use score::{item_result, run_job, score_group, JobOutcome, PartialResults, StageTimes};
 pub use tasks::{load_inline, TaskRefError, TaskStore};
 
 use crate::reward::{EvalOptions, Evaluator};

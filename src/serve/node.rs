@@ -515,7 +515,7 @@ fn crashed(spec: &JobSpec, deliveries: usize, consumer: &str) -> JobOutcome {
     let results = (0..spec.completions.len())
         .map(|index| ItemResult {
             index,
-            verdict: Verdict::Crashed.as_str().into(),
+            verdict: Verdict::Crashed,
             value: None,
             reason: Some(reason.clone()),
             report: None,

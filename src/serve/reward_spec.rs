@@ -4,7 +4,7 @@ use super::api::{RewardSpec, Weights};
 use crate::reward::{presets, RankerReward, Reward, StructuralReward};
 
 /// The preset names a request may use.
-pub const PRESET_NAMES: &str = "cudaperf, correctness, kevin, fast_p:<p>, dhrcl";
+pub const PRESET_NAMES: &str = presets::NAMES;
 
 /// A reward spec that names no preset, or has bad weights: the field and what is wrong.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -42,30 +42,10 @@ pub fn build_reward(spec: &RewardSpec) -> Result<Box<dyn Reward>, SpecError> {
             ),
         ));
     }
-    Ok(match spec.preset.as_str() {
-        "cudaperf" => match &spec.weights {
-            None => Box::new(presets::cudaperf()),
-            Some(w) => Box::new(cudaperf_weighted(w)?),
-        },
-        "correctness" => Box::new(presets::correctness_only()),
-        "kevin" => Box::new(presets::kevin()),
-        "dhrcl" => Box::new(presets::staged_dhrcl(Default::default())),
-        other => match other.strip_prefix("fast_p:").map(str::parse::<f64>) {
-            Some(Ok(p)) if p.is_finite() && p >= 0.0 => Box::new(presets::kernelbench_fast_p(p)),
-            Some(_) => {
-                return Err(err(
-                    "reward.preset",
-                    format!("`{other}`: fast_p:<p> needs a finite number p >= 0"),
-                ))
-            }
-            None => {
-                return Err(err(
-                    "reward.preset",
-                    format!("unknown reward `{other}` (expected one of {PRESET_NAMES})"),
-                ))
-            }
-        },
-    })
+    match (spec.preset.as_str(), &spec.weights) {
+        ("cudaperf", Some(w)) => Ok(Box::new(cudaperf_weighted(w)?)),
+        (name, _) => presets::by_name(name).map_err(|e| err("reward.preset", e.to_string())),
+    }
 }
 
 fn cudaperf_weighted(w: &Weights) -> Result<crate::reward::Weighted, SpecError> {

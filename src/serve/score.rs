@@ -66,7 +66,7 @@ pub fn score_group(
 pub fn timeout_item(index: usize, deadline_ms: u64) -> ItemResult {
     ItemResult {
         index,
-        verdict: Verdict::Timeout.as_str().into(),
+        verdict: Verdict::Timeout,
         value: None,
         reason: Some(format!(
             "the request's deadline ({deadline_ms} ms) passed before this completion was scored"
@@ -81,7 +81,7 @@ pub fn unavailable_items(n: usize, reason: &str) -> Vec<ItemResult> {
     (0..n)
         .map(|index| ItemResult {
             index,
-            verdict: Verdict::Unavailable.as_str().into(),
+            verdict: Verdict::Unavailable,
             value: None,
             reason: Some(reason.to_string()),
             report: None,
@@ -172,11 +172,7 @@ pub fn run_job(
             }
         }
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
+            let what = panic_message(panic.as_ref());
             tracing::error!("scoring task {} panicked: {what}", task.id);
             outcome.results =
                 unavailable_items(n, &format!("internal error while scoring: {what}"));
@@ -184,6 +180,15 @@ pub fn run_job(
     }
     outcome.score_ms = start.elapsed().as_secs_f64() * 1e3;
     outcome
+}
+
+/// What a caught panic said (its `String` or `&str` payload).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Results put aside as they become final (see [`run_job`]), one slot per completion.
@@ -249,11 +254,11 @@ pub fn item_result(
 ) -> ItemResult {
     let (verdict, value, reason, report) = match r {
         Ok(Scored { value, report }) if value.is_finite() => {
-            let (verdict, reason) = verdict_of(&report.stages, needs);
-            (verdict, Some(value), reason, report)
+            let o = report.stages.outcome(needs);
+            (o.verdict, Some(value), o.reason, report)
         }
         Ok(Scored { value, report }) => (
-            Verdict::Unavailable.as_str(),
+            Verdict::Unavailable,
             None,
             Some(format!("the reward `{asked}` produced {value}")),
             report,
@@ -273,14 +278,14 @@ pub fn item_result(
                 "{asked}: stage `{stage:?}` is unavailable{part}: {}",
                 super::request::one_line(&reason)
             );
-            (Verdict::Unavailable.as_str(), None, Some(reason), *report)
+            (Verdict::Unavailable, None, Some(reason), *report)
         }
     };
     let mut report = report;
     report.reward = asked.to_string();
     ItemResult {
         index,
-        verdict: verdict.into(),
+        verdict,
         value,
         reason,
         report: if with_report {
@@ -297,59 +302,62 @@ fn report_json(report: &RewardReport) -> Option<serde_json::Value> {
     serde_json::to_value(report).ok()
 }
 
-/// The verdict of the stages a reward read (up to `needs`), and the first reason it is not
-/// `correct`: `extracted` or `compiled` when the reward stopped before compiling or before
-/// the GPU stages (an evaluation remembered from another reward may hold more stages).
-pub fn verdict_of(stages: &Stages, needs: Stage) -> (&'static str, Option<String>) {
-    if !stages.extract.ok {
-        return (Verdict::ExtractError.as_str(), stages.extract.error.clone());
-    }
-    if needs < Stage::Compile {
-        return ("extracted", None);
-    }
-    match &stages.compile {
-        None => return ("extracted", None),
-        Some(c) if c.status == crate::pipeline::CompileStatus::Unavailable => {
-            return (Verdict::Unavailable.as_str(), c.reason.clone())
-        }
-        Some(c) if !c.ok => {
-            let why = c.reason.clone().unwrap_or_else(|| first_lines(&c.log, 3));
-            return (Verdict::CompileError.as_str(), Some(why));
-        }
-        _ => {}
-    }
-    if needs < Stage::Correctness {
-        return ("compiled", None);
-    }
-    if let Some(c) = &stages.correctness {
-        if c.passed {
-            return (Verdict::Correct.as_str(), None);
-        }
-        let why = c
-            .configs
-            .iter()
-            .find(|c| !c.passed)
-            .map(|f| format!("config {}: {}", f.config, f.reasons.join("; ")));
-        return (Verdict::Incorrect.as_str(), why);
-    }
-    let Some(exec) = &stages.execute else {
-        return ("compiled", None);
-    };
-    let verdict = match &exec.status {
-        ExecStatus::CudaError { .. } => Verdict::CudaError,
-        ExecStatus::InvalidLaunch { .. } => Verdict::InvalidLaunch,
-        ExecStatus::Timeout { .. } => Verdict::Timeout,
-        ExecStatus::Crashed { .. } => Verdict::Crashed,
-        ExecStatus::ReferenceFailed { .. } => Verdict::ReferenceFailed,
-        _ => Verdict::Unavailable,
-    };
-    let why = serde_json::to_value(&exec.status)
-        .ok()
-        .map(|v| v.to_string())
-        .filter(|s| s != "null");
-    (verdict.as_str(), why)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn first_lines(text: &str, n: usize) -> String {
-    text.lines().take(n).collect::<Vec<_>>().join(" | ")
+    /// Guards the server's verdict against the report's: both come from
+    /// [`Stages::outcome`]. Before, a reward that read the compile stage on stages without
+    /// one was `extracted` here and `unavailable` in the report.
+    #[test]
+    fn panic_payloads_are_read() {
+        let caught = std::panic::catch_unwind(|| panic!("boom {}", 1)).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "boom 1");
+        let caught = std::panic::catch_unwind(|| std::panic::panic_any(7u8)).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "unknown panic");
+    }
+
+    #[test]
+    fn the_server_verdict_is_the_report_verdict_without_a_compile_stage() {
+        let mut stages = Stages::default();
+        stages.extract.ok = true;
+        for needs in [
+            Stage::Syntax,
+            Stage::Compile,
+            Stage::Correctness,
+            Stage::Timing,
+        ] {
+            let report = RewardReport {
+                value: 0.5,
+                verdict: Verdict::of(&stages, needs),
+                stages: stages.clone(),
+                ..Default::default()
+            };
+            let scored = Ok(Scored { value: 0.5, report });
+            let item = item_result(0, scored, false, needs, "r", None);
+            assert_eq!(item.verdict, Verdict::of(&stages, needs), "{needs:?}");
+            assert_eq!(item.value, Some(0.5));
+        }
+        let item = item_result(
+            0,
+            Ok(Scored {
+                value: 0.5,
+                report: RewardReport {
+                    stages: stages.clone(),
+                    ..Default::default()
+                },
+            }),
+            false,
+            Stage::Compile,
+            "r",
+            None,
+        );
+        assert_eq!(item.verdict, Verdict::Unavailable);
+        assert_eq!(
+            item.reason.as_deref(),
+            Some("the compile stage did not run")
+        );
+        let json = serde_json::to_value(&item).unwrap();
+        assert_eq!(json["verdict"], "unavailable");
+    }
 }

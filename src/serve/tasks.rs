@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::api::{InlineTask, TaskDetail, TaskRef, TaskSummary};
 use super::ServeError;
-use crate::task::{Task, TaskLimits};
+use crate::task::{Task, TaskError, TaskLimits};
 
 /// Inline tasks remembered before the cache is cleared.
 const INLINE_ENTRIES: usize = 256;
@@ -91,7 +91,7 @@ impl TaskStore {
         {
             return Ok(Arc::clone(t));
         }
-        let mut task = load_inline(inline).map_err(TaskRefError::Invalid)?;
+        let mut task = load_inline(inline).map_err(|e| TaskRefError::Invalid(e.to_string()))?;
         // The evaluator remembers results and references by task id: an inline task gets
         // an id of its own, so it never collides with a folder task or another inline one.
         task.id = format!("{}@{}", task.id, &key[..12]);
@@ -144,7 +144,7 @@ struct FileNames {
 }
 
 /// Validates an inline task with the crate's loader ([`Task::from_toml_and_files`]).
-pub fn load_inline(inline: &InlineTask) -> Result<Task, String> {
+pub fn load_inline(inline: &InlineTask) -> Result<Task, TaskError> {
     let mut files = inline.files.clone();
     // When the TOML does not parse, the loader below says where.
     if let Ok(names) = toml::from_str::<FileNames>(&inline.toml) {
@@ -156,5 +156,4 @@ pub fn load_inline(inline: &InlineTask) -> Result<Task, String> {
         }
     }
     Task::from_toml_and_files(&inline.toml, &files, &TaskLimits::default())
-        .map_err(|e| e.to_string())
 }

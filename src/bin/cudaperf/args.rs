@@ -113,9 +113,19 @@ pub enum EvaluatorError {
     Other(EvalError),
 }
 
-/// The evaluator for these options; unusable options (an architecture NVRTC does not know,
-/// a cache folder that cannot be written, no worker) are an error naming the flag.
-pub fn evaluator(options: EvalOptions) -> Result<Evaluator, EvaluatorError> {
+/// `$CUDAPERF_RANKER_MODEL`, when set and not empty: the ranker model folder of every
+/// evaluator this program builds (the library reads no environment variable).
+pub fn ranker_model_from_env() -> Option<std::path::PathBuf> {
+    std::env::var_os(cudaperf::pipeline::RANKER_MODEL_ENV)
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+}
+
+/// The evaluator for these options (the ranker model from `$CUDAPERF_RANKER_MODEL` unless
+/// they name one); unusable options (an architecture NVRTC does not know, a cache folder
+/// that cannot be written, no worker) are an error naming the flag.
+pub fn evaluator(mut options: EvalOptions) -> Result<Evaluator, EvaluatorError> {
+    options.ranker_model = options.ranker_model.or_else(ranker_model_from_env);
     Evaluator::new(options).map_err(|e| match &e {
         EvalError::Compiler(
             CompilerError::InvalidArch { .. } | CompilerError::UnsupportedArch(_),

@@ -165,7 +165,7 @@ fn record(e: &Evaluation) -> ImplTiming {
     let verdict = e.verdict();
     let t = e.stages.timing.as_ref();
     ImplTiming {
-        verdict: verdict.as_str().into(),
+        verdict,
         reason: (verdict != Verdict::Correct).then(|| first_reason(&e.stages)),
         time_us: t.map(|t| t.candidate_us),
         reference_us: t.map(|t| t.reference_us),

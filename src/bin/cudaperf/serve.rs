@@ -45,6 +45,7 @@ pub fn eval_options(compile: &CompileArgs, no_gpu: bool) -> EvalOptions {
     EvalOptions {
         compile: compile.options(),
         no_gpu,
+        ranker_model: crate::args::ranker_model_from_env(),
         ..Default::default()
     }
 }
