@@ -847,13 +847,16 @@ fn train_ranker(
         &t,
         &FeatureSet {
             launch: true,
+            traffic: true,
             ngram_buckets: ngrams,
         },
     );
     let (data, full) = match (with_launch, launch_features) {
         (Ok(full), true) => (full.clone(), Some(full)),
         (Ok(full), false) => (
-            full.select_features(|n| !n.starts_with(LAUNCH_PREFIX)),
+            full.select_features(|n| {
+                !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(ranker::TRAFFIC_PREFIX)
+            }),
             Some(full),
         ),
         (Err(e), true) => return Err(e.to_string()),
@@ -861,6 +864,7 @@ fn train_ranker(
             eprintln!("launch-plan features unavailable, compared without them: {e}");
             let plain = FeatureSet {
                 launch: false,
+                traffic: false,
                 ngram_buckets: ngrams,
             };
             (
@@ -959,7 +963,7 @@ fn rank(
             (None, Ok(_)) => return Err(format!("{}: no code block found", display_name(p))),
         };
         // A model with launch-plan features needs the plan on the task's timed config.
-        let plan = if FeatureSet::of(ranker.feature_names()).launch {
+        let plan = if FeatureSet::of(ranker.feature_names()).needs_plan() {
             let what = display_name(p);
             let limits = cudaperf::candidate::PlanLimits::default();
             Some(TimedPlan::of_source(&task, code, &limits, &what).map_err(|e| e.to_string())?)
