@@ -119,8 +119,8 @@ fn bench_stage(c: &mut Criterion) {
         };
         g.bench_function(format!("{}/{imp}", task.id), |b| {
             b.iter(|| {
-                let x = features_from(&features, Some(&tree), Some(black_box(&input)), &names)
-                    .unwrap();
+                let x =
+                    features_from(&features, Some(&tree), Some(black_box(&input)), &names).unwrap();
                 let s = model.member_scores(&x).unwrap();
                 model.compare_scores(&s, &reference, Some(&x))
             })

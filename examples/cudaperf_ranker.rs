@@ -54,6 +54,9 @@ struct Args {
     /// Skip training the saved model (evaluation only).
     #[arg(long)]
     no_model: bool,
+    /// Skip the cross-validation (train and save the model only).
+    #[arg(long)]
+    no_cv: bool,
     /// Reuse the feature vectors saved at this path (computed and saved there when missing).
     #[arg(long)]
     data_cache: Option<PathBuf>,
@@ -130,6 +133,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
 
+    if args.no_cv {
+        std::fs::write(args.out.join("model.md"), &md)?;
+        print!("{md}");
+        return Ok(());
+    }
     // 3. Leave-tasks-out CV, per seed, of the full model and each ablation.
     let groups: Vec<(&str, Box<dyn Fn(&str) -> bool>)> = {
         let mut g: Vec<(&str, Box<dyn Fn(&str) -> bool>)> =
@@ -149,9 +157,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ));
             g.push((
                 "structural only (the previous features minus launch)",
-                Box::new(|n: &str| {
-                    !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(TRAFFIC_PREFIX)
-                }),
+                Box::new(|n: &str| !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(TRAFFIC_PREFIX)),
             ));
             g.push((
                 "analytical time estimate alone (nothing trained)",
@@ -189,7 +195,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         md.push_str(&calibration_section(main));
         md.push_str(&misses(&data, main));
     }
-    std::fs::write(args.out.join("cv.json"), serde_json::to_string_pretty(&all)?)?;
+    std::fs::write(
+        args.out.join("cv.json"),
+        serde_json::to_string_pretty(&all)?,
+    )?;
     std::fs::write(args.out.join("cv.md"), &md)?;
     print!("{md}");
     Ok(())
@@ -217,10 +226,16 @@ fn table(all: &[SeededCv], k: usize) -> String {
             format!("{:.1} ± {:.1} % ({n})", 100.0 * m, 100.0 * sd)
         };
         fn c2cuda(r: &CvReport) -> &cudaperf::ranker::PairAccuracy {
-            r.accuracy.by_kind.get("c2cuda").unwrap_or(&r.accuracy.overall)
+            r.accuracy
+                .by_kind
+                .get("c2cuda")
+                .unwrap_or(&r.accuracy.overall)
         }
         fn torch2cuda(r: &CvReport) -> &cudaperf::ranker::PairAccuracy {
-            r.accuracy.by_kind.get("torch2cuda").unwrap_or(&r.accuracy.overall)
+            r.accuracy
+                .by_kind
+                .get("torch2cuda")
+                .unwrap_or(&r.accuracy.overall)
         }
         let ece = if s.reports.iter().all(|r| r.calibration.is_some()) {
             let (m, sd) = mean(
@@ -275,8 +290,7 @@ fn calibration_section(main: &SeededCv) -> String {
         c.ece,
         c.pairs,
         c.tie_pairs,
-        c.tie_mean_abs_dev
-            .map_or("-".into(), |d| format!("{d:.3}")),
+        c.tie_mean_abs_dev.map_or("-".into(), |d| format!("{d:.3}")),
         c.mean_uncertainty,
         c.uncertainty_wrong_right.0,
         c.uncertainty_wrong_right.1
@@ -322,7 +336,12 @@ fn misses(data: &RankingData, main: &SeededCv) -> String {
     let n = data.samples.len().max(1) as f64;
     let std: Vec<f64> = (0..dim)
         .map(|i| {
-            let m = data.samples.iter().map(|s| f64::from(s.features[i])).sum::<f64>() / n;
+            let m = data
+                .samples
+                .iter()
+                .map(|s| f64::from(s.features[i]))
+                .sum::<f64>()
+                / n;
             (data
                 .samples
                 .iter()

@@ -20,10 +20,15 @@ fn task(id: &str) -> Task {
 /// A dataset implementation's source, or an out-of-distribution kernel's (`ood:<file>`).
 fn source(task: &Task, name: &str) -> String {
     match name.strip_prefix("ood:") {
-        Some(file) => std::fs::read_to_string(common::fixture("ranker_ood").join(file))
-            .expect("ood kernel"),
+        Some(file) => {
+            std::fs::read_to_string(common::fixture("ranker_ood").join(file)).expect("ood kernel")
+        }
         None if name == "reference" => task.reference.source.clone(),
-        None => task.implementation(name).expect("implementation").source.clone(),
+        None => task
+            .implementation(name)
+            .expect("implementation")
+            .source
+            .clone(),
     }
 }
 
@@ -75,7 +80,10 @@ fn one_block_blelloch_pass_is_a_long_barrier_chain() {
         "16 chunks × ~22 barriers and the tile tree: {}",
         barriers(&slow)
     );
-    assert!(barriers(&slow) > 4.0 * barriers(&fast), "{slow:?} vs {fast:?}");
+    assert!(
+        barriers(&slow) > 4.0 * barriers(&fast),
+        "{slow:?} vs {fast:?}"
+    );
 }
 
 // Guards the reuse working set: warp-per-row softmax keeps 64 rows in flight per SM for its
@@ -101,7 +109,10 @@ fn interleaved_modulo_tree_pays_barriers_per_element() {
     let slow = traffic("max_reduce", "ood:max_reduce_interleaved_modulo.cu");
     let fast = traffic("max_reduce", "warp_shuffle_grid_stride");
     let per_256 = slow["traffic_barriers_per_element"].exp_m1();
-    assert!((8.0..=10.5).contains(&per_256), "barriers per 256 elements: {per_256}");
+    assert!(
+        (8.0..=10.5).contains(&per_256),
+        "barriers per 256 elements: {per_256}"
+    );
     assert!(
         slow["traffic_barriers_per_element"] > fast["traffic_barriers_per_element"] + 1.5,
         "{slow:?} vs {fast:?}"
@@ -131,7 +142,13 @@ fn unpadded_transpose_tile_conflicts_and_padded_does_not() {
 /// Every traffic feature is finite on every implementation of a few varied tasks.
 #[test]
 fn traffic_features_are_finite_on_real_implementations() {
-    for id in ["matmul", "spmv_csr", "histogram_256", "conv2d", "bfs_frontier_expand_csr"] {
+    for id in [
+        "matmul",
+        "spmv_csr",
+        "histogram_256",
+        "conv2d",
+        "bfs_frontier_expand_csr",
+    ] {
         let t = task(id);
         for imp in t.all_implementations() {
             for (name, v) in traffic(id, &imp.name) {
@@ -150,8 +167,12 @@ fn prob_faster(model: &TrainedRanker, task_id: &str, a: &str, b: &str) -> (f32, 
         let plan = FeatureSet::of(&names)
             .needs_plan()
             .then(|| TimedPlan::of_source(&t, &src, &PlanLimits::default(), name).expect("plan"));
-        features_for(&src, plan.as_ref().map(|p| p.input(&t, &src)).as_ref(), &names)
-            .expect("features")
+        features_for(
+            &src,
+            plan.as_ref().map(|p| p.input(&t, &src)).as_ref(),
+            &names,
+        )
+        .expect("features")
     };
     let c = model
         .compare(&features(a), &features(b))

@@ -52,7 +52,11 @@ enum Val {
         elem: u32,
     },
     /// A 2-D shared array: indexing it once gives a row pointer of `row` elements.
-    Rows { param: usize, row: i64, elem: u32 },
+    Rows {
+        param: usize,
+        row: i64,
+        elem: u32,
+    },
     Unknown,
 }
 
@@ -1094,7 +1098,9 @@ mod tests {
             .filter(|a| a.space == MemorySpace::Global)
             .collect();
         // x[i]: (2^20) / 256 = 4096 trips, and every block reads the same first addresses.
-        assert!(global.iter().any(|a| a.trips == 4096.0 && a.block_invariant));
+        assert!(global
+            .iter()
+            .any(|a| a.trips == 4096.0 && a.block_invariant));
         // 1 barrier after the store + 8 tree levels.
         assert_eq!(k.barriers, 9.0);
         let shared: Vec<&AccessDetail> = k
@@ -1120,7 +1126,12 @@ mod tests {
             let text = src(cols);
             let tree = SourceTree::parse(text.as_bytes()).unwrap();
             let k = WarpProbe::new(&tree)
-                .run_detailed("t", [1, 1, 1], [32, 8, 1], &[ProbeArg::Buffer, ProbeArg::Buffer])
+                .run_detailed(
+                    "t",
+                    [1, 1, 1],
+                    [32, 8, 1],
+                    &[ProbeArg::Buffer, ProbeArg::Buffer],
+                )
                 .unwrap();
             let worst = k
                 .accesses

@@ -955,7 +955,7 @@ fn rank(
         None => TrainedRanker::shipped(),
     }
     .map_err(|e| e.to_string())?;
-    let score = |p: &PathBuf| -> Result<f32, String> {
+    let score = |p: &PathBuf| -> Result<Vec<f32>, String> {
         let sub = read_submission(p)?;
         let code = match (sub.code(), sub.candidate()) {
             (Some(code), _) => code,
@@ -973,10 +973,13 @@ fn rank(
         let input = plan.as_ref().map(|p| p.input(&task, code));
         let f = features_for(code, input.as_ref(), ranker.feature_names())
             .map_err(|e| format!("{}: {e}", display_name(p)))?;
-        ranker.score(&f).map_err(|e| e.to_string())
+        ranker.member_scores(&f).map_err(|e| e.to_string())
     };
-    let (sa, sb) = (score(&a)?, score(&b)?);
-    let p_a = f64::from(cudaperf::ranker::sigmoid(sa - sb));
+    let (ma, mb) = (score(&a)?, score(&b)?);
+    let verdict = ranker.compare_scores(&ma, &mb, None);
+    let mean = |m: &[f32]| m.iter().sum::<f32>() / m.len().max(1) as f32;
+    let (sa, sb) = (mean(&ma), mean(&mb));
+    let p_a = f64::from(verdict.prob_faster);
     let (winner, p) = if p_a >= 0.5 {
         (&a, p_a)
     } else {
@@ -987,6 +990,7 @@ fn rank(
             "task": task.id, "a": display_name(&a), "b": display_name(&b),
             "score_a": sa, "score_b": sb, "prob_a_faster": p_a,
             "predicted_faster": display_name(winner), "probability": p,
+            "uncertainty": verdict.uncertainty,
             "model": model.as_ref().map_or_else(|| cudaperf::ranker::SHIPPED_ORIGIN.to_string(), |m| m.display().to_string()),
         });
         println!(
@@ -995,9 +999,10 @@ fn rank(
         );
     } else {
         println!(
-            "{} is predicted faster (p = {:.3}; scores {:.3} vs {:.3})",
+            "{} is predicted faster (p = {:.3}, ensemble disagreement {:.3}; scores {:.3} vs {:.3})",
             display_name(winner),
             p,
+            verdict.uncertainty,
             sa,
             sb
         );

@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::analysis::{Features, SourceTree};
 use crate::candidate::{Candidate, PlanLimits};
 use crate::ranker::{
-    features_for, features_from, FeatureSet, LaunchInput, TimedPlan, TrainedRanker,
-    SHIPPED_ORIGIN,
+    features_for, features_from, FeatureSet, LaunchInput, TimedPlan, TrainedRanker, SHIPPED_ORIGIN,
 };
 use crate::task::Task;
 

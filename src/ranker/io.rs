@@ -53,6 +53,7 @@ const LEGACY_CONFIG: &[(&str, f64)] = &[
     ("soft_target_scale", 0.0),
     ("min_pair_weight", 0.0),
     ("ensemble", 1.0),
+    ("min_epochs", 0.0),
 ];
 
 impl TrainedRanker {
@@ -216,9 +217,13 @@ fn parse_metadata(text: &str, meta_path: &Path) -> Result<Metadata> {
                 config.insert((*key).into(), serde_json::json!(legacy));
             }
         }
-        config.entry("calibrate").or_insert(serde_json::json!(false));
-        if let Some(e) = config.get_mut("ensemble").filter(|e| e.is_f64()) {
-            *e = serde_json::json!(e.as_f64().unwrap_or(1.0) as u64);
+        config
+            .entry("calibrate")
+            .or_insert(serde_json::json!(false));
+        for key in ["ensemble", "min_epochs"] {
+            if let Some(e) = config.get_mut(key).filter(|e| e.is_f64()) {
+                *e = serde_json::json!(e.as_f64().unwrap_or(0.0) as u64);
+            }
         }
     }
     let meta: Metadata = serde_json::from_value(value).map_err(json_error)?;
@@ -352,10 +357,12 @@ fn read_weights(
                     ),
                 });
             }
-            weights.check().map_err(|reason| RankerError::InvalidModel {
-                path: path.clone(),
-                reason: format!("member {m}: {reason}"),
-            })?;
+            weights
+                .check()
+                .map_err(|reason| RankerError::InvalidModel {
+                    path: path.clone(),
+                    reason: format!("member {m}: {reason}"),
+                })?;
             Ok(weights)
         })
         .collect()

@@ -358,7 +358,11 @@ pub fn launch_features_named(
 /// Which of a kernel's `args` parameters (by position) it loads from or stores to, from the
 /// analysis' global-access findings; `None` when the parameter list cannot be read, does not
 /// match the launch, or the findings were capped (not every access is listed).
-pub(crate) fn accessed_params(source: &str, kernel: &KernelFeatures, args: usize) -> Option<Vec<bool>> {
+pub(crate) fn accessed_params(
+    source: &str,
+    kernel: &KernelFeatures,
+    args: usize,
+) -> Option<Vec<bool>> {
     let g = &kernel.global_accesses;
     let listed = g.coalesced + g.strided + g.uniform + g.indirect + g.unknown;
     if g.findings.len() < listed as usize {

@@ -50,9 +50,9 @@ mod normalize;
 mod plot;
 mod rng;
 pub mod synthetic;
+mod traffic;
 mod train;
 mod trained;
-mod traffic;
 
 pub use compare::{compare_on_folds, cv_table, hand_weighted_scores, CvComparison};
 pub use config::RankerConfig;
@@ -76,11 +76,11 @@ pub use ngrams::{syntax_ngram_names, syntax_ngrams, syntax_ngrams_of};
 pub use normalize::Normalizer;
 #[cfg(feature = "cli")]
 pub use plot::plot_history;
-pub use train::{train, train_on, EpochStats, TrainingHistory};
 pub use traffic::{
-    traffic_features, traffic_features_named, Device as ReferenceDevice, H200, TRAFFIC_FEATURE_NAMES,
-    TRAFFIC_PREFIX,
+    traffic_features, traffic_features_named, Device as ReferenceDevice, H200,
+    TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX,
 };
+pub use train::{train, train_on, EpochStats, TrainingHistory};
 pub use trained::{
     ranker_reward_value, sigmoid, Comparison, MemberSummary, TrainedRanker, TrainingSummary,
 };

@@ -174,8 +174,18 @@ pub fn traffic_features_named(
     let d = H200;
     let mut t = Totals::default();
     for l in &plan.launches {
-        let blocks = l.grid.iter().map(|&g| f64::from(g)).product::<f64>().max(1.0);
-        let block = l.block.iter().map(|&b| f64::from(b)).product::<f64>().max(1.0);
+        let blocks = l
+            .grid
+            .iter()
+            .map(|&g| f64::from(g))
+            .product::<f64>()
+            .max(1.0);
+        let block = l
+            .block
+            .iter()
+            .map(|&b| f64::from(b))
+            .product::<f64>()
+            .max(1.0);
         let threads = blocks * block;
         let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
         let kernel = features.kernels.iter().find(|k| k.name == base);
@@ -194,7 +204,9 @@ pub fn traffic_features_named(
         };
         // Occupancy from the block size and shared memory (registers are not known here).
         let smem = kernel.map_or(0.0, |k| k.shared.static_bytes as f64) + f64::from(l.smem);
-        let mut bps = (d.threads_per_sm / block).floor().clamp(1.0, d.blocks_per_sm);
+        let mut bps = (d.threads_per_sm / block)
+            .floor()
+            .clamp(1.0, d.blocks_per_sm);
         if smem > 0.0 {
             bps = bps.min((d.smem_bytes / smem).floor().max(1.0));
         }
@@ -286,7 +298,10 @@ pub fn traffic_features_named(
         ("traffic_block_invariant_reads", ln1p(t.invariant / unique)),
         ("traffic_reuse_set_l1", ln1p(t.reuse_l1)),
         ("traffic_reuse_set_l2", ln1p(t.reuse_l2)),
-        ("traffic_shared_wavefronts_per_element", ln1p(t.wavefronts / n)),
+        (
+            "traffic_shared_wavefronts_per_element",
+            ln1p(t.wavefronts / n),
+        ),
         ("traffic_bank_conflict_excess", ln1p(t.conflict_excess / n)),
         ("traffic_barriers_per_element", ln1p(256.0 * t.barriers / n)),
         ("traffic_serial_barriers", ln1p(t.serial_barriers)),

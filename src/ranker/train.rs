@@ -363,6 +363,8 @@ fn train_member(
         let val = (!val_pairs.is_empty())
             .then(|| pair_loss_and_accuracy(data, &val_pairs, &scores, config));
         let improved = match (val, &best) {
+            // Before `min_epochs` the latest weights are kept whatever the validation says.
+            _ if epoch <= config.min_epochs => true,
             (Some((l, _)), Some((best_loss, _))) => l < best_loss - 1e-6,
             _ => true, // first epoch, or no validation: the latest weights are the ones kept
         };
@@ -458,7 +460,14 @@ mod tests {
             .map(|_| {
                 let d = (f64::from(rng.next_f32()) - 0.5) * 12.0;
                 let p = 1.0 / (1.0 + (-d / 2.0).exp());
-                (d, if f64::from(rng.next_f32()) < p { 1.0 } else { 0.0 })
+                (
+                    d,
+                    if f64::from(rng.next_f32()) < p {
+                        1.0
+                    } else {
+                        0.0
+                    },
+                )
             })
             .collect();
         let t = fit_temperature(&pairs);
