@@ -666,7 +666,7 @@ proptest! {
         pick in 0usize..1000,
     ) {
         let Some(w) = world() else { return Ok(()) };
-        let weights = CudaPerfWeights { speed, structure, rank, syntax_credit: 0.1 };
+        let weights = CudaPerfWeights { speed, structure, rank, syntax_credit: 0.1, ..CudaPerfWeights::default() };
         let n = w.compile.len() + w.gpu.len();
         // Every (fault, candidate) pair with all rewards, plus the picked one again with the
         // random parameters (the sweep below covers the space every run).

@@ -11,8 +11,8 @@ use cudaperf::exec::{CorrectnessStage, ExecStatus, ExecuteStage, TimingStage};
 use cudaperf::reward::presets::{self, CudaPerfWeights, DhrclSchedule};
 use cudaperf::reward::{
     Clip, CompileStage, CompileStatus, Context, EvalOptions, Evaluation, Evaluator,
-    ExtractErrorKind, ExtractStage, Gate, Map, Result, Reward, Stage, Staged, Submission,
-    SyntaxStage, Weighted,
+    ExtractErrorKind, ExtractStage, Gate, Map, Result, Reward, RewardError, RooflineReward,
+    SpeedupReward, Stage, Staged, Submission, SyntaxStage, Weighted,
 };
 use cudaperf::task::Task;
 use proptest::prelude::*;
@@ -354,35 +354,35 @@ fn cudaperf_ladder_values() {
                 speedup: 1.0,
                 implausible: false,
             },
-            1.0,
+            1.0 + 0.1 * 0.01,
         ),
         (
             Outcome::Correct {
                 speedup: 2.0,
                 implausible: false,
             },
-            1.3,
+            1.3 + 0.1 * 0.02,
         ),
         (
             Outcome::Correct {
                 speedup: 0.25,
                 implausible: false,
             },
-            0.7,
+            0.7 + 0.1 * 0.0025,
         ),
         (
             Outcome::Correct {
                 speedup: 1000.0,
                 implausible: false,
             },
-            1.9,
+            1.0 + 0.3 * 6.0 + 0.1,
         ),
         (
             Outcome::Correct {
                 speedup: 1000.0,
                 implausible: true,
             },
-            1.0,
+            1.0 + 0.1 * 0.01,
         ),
     ];
     for (o, want) in cases {
@@ -412,7 +412,7 @@ fn preset_values() {
         "step 0: syntax + compile only"
     );
     assert!((value(&dhrcl, 100, incorrect) - (0.2 + 0.8 * 0.5)).abs() < 1e-12);
-    assert!((value(&dhrcl, 300, correct2) - 1.3).abs() < 1e-12);
+    assert!((value(&dhrcl, 300, correct2) - (1.3 + 0.1 * 0.02)).abs() < 1e-12);
 }
 
 /// Presets compose with combinators like any reward.
@@ -429,7 +429,7 @@ fn presets_compose() {
             1.0,
             Map::new("neg_fast", presets::kernelbench_fast_p(3.0), |v| -v),
         );
-    let want = 0.5 * (1.0 + 0.3 * 2.0) + 0.25 * 2.0 - 1.0;
+    let want = 0.5 * (1.0 + 0.3 * 2.0 + 0.1 * 0.04) + 0.25 * 2.0 - 1.0;
     assert!((value(&r, 0, correct) - want).abs() < 1e-12);
     let gated = Gate::new(presets::correctness_only(), 1.0, presets::kevin());
     assert_eq!(value(&gated, 0, Outcome::Incorrect { pass_rate: 0.9 }), 0.0);
@@ -497,14 +497,109 @@ proptest! {
     #[test]
     fn cudaperf_with_any_weights_never_prefers_incorrect(
         speed in -5.0f64..5.0, structure in -5.0f64..5.0, rank in -5.0f64..5.0, syntax_credit in -1.0f64..1.0,
+        roofline in -5.0f64..5.0, speed_cap_log2 in -3.0f64..12.0,
         s_val in -100.0f64..100.0, r_val in -100.0f64..100.0,
         bad in incorrect_outcomes(), good in correct_outcomes(),
     ) {
-        let w = CudaPerfWeights { speed, structure, rank, syntax_credit };
+        let w = CudaPerfWeights { speed, structure, rank, syntax_credit, roofline, speed_cap_log2 };
         let r = presets::cudaperf_with(w, Some(Box::new(Fixed(s_val, "structure"))), Some(Box::new(Fixed(r_val, "ranker"))));
         let (b, g) = (value(&r, 0, bad), value(&r, 0, good));
         prop_assert!(b < g, "weights {:?}: incorrect {:?} = {} >= correct {:?} = {}", w, bad, b, good, g);
         prop_assert!(b < 0.0 && g > 0.0, "{} {}", b, g);
+    }
+}
+
+// ------------------------------------------------- speed term and roofline term
+
+fn correct(speedup: f64) -> Outcome {
+    Outcome::Correct {
+        speedup,
+        implausible: false,
+    }
+}
+
+/// The default cap orders fast kernels the earlier 8× clip scored the same (softmax_rows:
+/// block=128 at 9.4× and block=512 at 16.4× in the H200 ablation); cap 3 reproduces the clip.
+#[test]
+fn the_default_speed_cap_orders_fast_kernels() {
+    let (slow, fast) = (correct(9.4), correct(16.4));
+    let r = presets::cudaperf();
+    assert!(value(&r, 0, fast) > value(&r, 0, slow) + 0.2);
+    let term = SpeedupReward::log2();
+    assert!((value(&term, 0, correct(64.0)) - 6.0).abs() < 1e-12);
+    assert!((value(&term, 0, correct(100.0)) - 6.0).abs() < 1e-12);
+    let clip8 = SpeedupReward::log2_capped(3.0);
+    assert_eq!(value(&clip8, 0, slow), value(&clip8, 0, fast));
+    let w = CudaPerfWeights {
+        speed_cap_log2: 3.0,
+        roofline: 0.0,
+        ..CudaPerfWeights::default()
+    };
+    let old = presets::cudaperf_with(w, None, None);
+    assert_eq!(value(&old, 0, slow), value(&old, 0, fast));
+    // The roofline term alone still orders them past any cap.
+    assert!(value(&RooflineReward, 0, fast) > value(&RooflineReward, 0, slow));
+}
+
+/// Roofline: the floor over the time the awarded speedup stands for, in (0, 1]; the timing
+/// stage's rules apply (an implausible time counts as the reference's); no floor is
+/// unavailable, not a number.
+#[test]
+fn roofline_is_the_fraction_of_the_floor() {
+    // timing(): reference 100 us, bytes floor 1 us.
+    assert!((value(&RooflineReward, 0, correct(2.0)) - 0.02).abs() < 1e-12);
+    assert_eq!(value(&RooflineReward, 0, correct(500.0)), 1.0);
+    let implausible = Outcome::Correct {
+        speedup: 500.0,
+        implausible: true,
+    };
+    assert!((value(&RooflineReward, 0, implausible) - 0.01).abs() < 1e-12);
+    assert_eq!(
+        value(&RooflineReward, 0, Outcome::Incorrect { pass_rate: 0.5 }),
+        0.0
+    );
+    // The compute floor binds when it is the larger one.
+    let mut e = evaluation(correct(2.0));
+    let t = e.stages.timing.as_mut().unwrap();
+    t.compute_floor_us = 5.0;
+    let v = RooflineReward.value(&ctx(0), &e).unwrap();
+    assert!((v - 0.1).abs() < 1e-12, "{v}");
+    // No floor at all (unknown device bandwidth): unavailable, with the config named.
+    let t = e.stages.timing.as_mut().unwrap();
+    t.floor_us = 0.0;
+    t.compute_floor_us = 0.0;
+    match RooflineReward.value(&ctx(0), &e) {
+        Err(err @ RewardError::Unavailable { .. }) => {
+            assert!(err.to_string().contains("large_odd"), "{err}")
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// A faster correct kernel never scores lower on the speed terms, nor on the unified
+    /// reward with any cap and non-negative speed and roofline weights.
+    #[test]
+    fn a_faster_correct_kernel_never_scores_lower(
+        a in 1e-4f64..1e5, b in 1e-4f64..1e5, cap in -2.0f64..12.0,
+        speed in 0.0f64..2.0, roofline in 0.0f64..2.0,
+    ) {
+        let (slow, fast) = if a <= b { (a, b) } else { (b, a) };
+        let w = CudaPerfWeights { speed, roofline, speed_cap_log2: cap, ..CudaPerfWeights::default() };
+        let terms: Vec<(String, Box<dyn Reward>)> = vec![
+            ("speedup_log2".into(), Box::new(SpeedupReward::log2_capped(cap))),
+            ("roofline".into(), Box::new(RooflineReward)),
+            ("cudaperf".into(), Box::new(presets::cudaperf_with(w, None, None))),
+            ("kevin".into(), Box::new(presets::kevin())),
+        ];
+        for (name, r) in terms {
+            let (vs, vf) = (value(&*r, 0, correct(slow)), value(&*r, 0, correct(fast)));
+            prop_assert!(vf >= vs, "{}: {}x = {} > {}x = {}", name, slow, vs, fast, vf);
+        }
+        let roof = value(&RooflineReward, 0, correct(fast));
+        prop_assert!(roof > 0.0 && roof <= 1.0, "roofline {}", roof);
     }
 }
 

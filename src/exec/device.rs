@@ -43,6 +43,13 @@ pub fn table_peak_tflops(name: &str) -> Option<f64> {
     )
 }
 
+/// Peak DRAM bandwidth in GB/s from the driver's memory clock (kHz) and bus width (bits),
+/// double data rate; `None` when the driver reports nothing usable.
+fn attribute_bandwidth(clock_khz: i32, bus_bits: i32) -> Option<f64> {
+    (clock_khz > 0 && bus_bits > 0)
+        .then(|| f64::from(clock_khz) * 1e3 * 2.0 * f64::from(bus_bits) / 8.0 / 1e9)
+}
+
 fn lookup(name: &str, table: &[(&str, f64)]) -> Option<f64> {
     let n = name.to_ascii_uppercase();
     table.iter().find(|(k, _)| n.contains(k)).map(|(_, v)| *v)
@@ -58,9 +65,16 @@ pub(crate) fn describe(gpu: &Gpu) -> Result<(DeviceInfo, i32), String> {
     let max_threads = attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
     let pageable = attr(Attr::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS).unwrap_or(0);
     let name = gpu.name();
+    // A device missing from the table still gets a bytes floor (the roofline reward term
+    // needs one) from its memory clock and bus width: the theoretical peak, an upper bound.
+    let attribute_bw = || {
+        let clock = attr(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).ok()?;
+        let bus = attr(Attr::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).ok()?;
+        attribute_bandwidth(clock, bus)
+    };
     Ok((
         DeviceInfo {
-            bandwidth_gbps: table_bandwidth(&name).unwrap_or(0.0),
+            bandwidth_gbps: table_bandwidth(&name).or_else(attribute_bw).unwrap_or(0.0),
             peak_tflops: table_peak_tflops(&name).unwrap_or(0.0),
             compute_capability: (major, minor),
             driver_version: Gpu::driver_version(),
@@ -84,6 +98,15 @@ mod tests {
         assert_eq!(table_bandwidth("NVIDIA H100 PCIe"), Some(2000.0));
         assert_eq!(table_bandwidth("NVIDIA H100 80GB HBM3"), Some(3350.0));
         assert_eq!(table_bandwidth("Mystery GPU"), None);
+    }
+
+    #[test]
+    fn bandwidth_from_attributes() {
+        // An H100 SXM's HBM3: 2619 MHz, 5120-bit bus -> 3352 GB/s (the table's 3350).
+        let bw = attribute_bandwidth(2_619_000, 5120).unwrap();
+        assert!((bw - 3352.3).abs() < 1.0, "{bw}");
+        assert_eq!(attribute_bandwidth(0, 5120), None);
+        assert_eq!(attribute_bandwidth(2_619_000, -1), None);
     }
 
     #[test]

@@ -21,7 +21,8 @@ mod structure;
 pub use combinators::{Clip, Gate, Map, Staged, Weighted};
 pub use ranker_stage::RankerReward;
 pub use stages::{
-    CompileReward, CorrectReward, OutcomeLadder, PassRateReward, SpeedupReward, SyntaxReward,
+    CompileReward, CorrectReward, OutcomeLadder, PassRateReward, RooflineReward, SpeedupReward,
+    SpeedupScale, SyntaxReward, DEFAULT_SPEED_CAP_LOG2,
 };
 pub use structure::{features_of, StructuralReward};
 

@@ -1,6 +1,9 @@
 //! Each pipeline stage as a reward of its own.
 
-use super::{require, CompileStatus, Context, Evaluation, Result, Reward, Stage};
+use super::{
+    require, unavailable_error, CompileStatus, Context, Evaluation, Result, Reward, Stage,
+    StageUnavailable, TimingStage,
+};
 
 /// 1 / (1 + syntax problems) when a code block exists, else 0. Range [0, 1].
 pub struct SyntaxReward;
@@ -101,7 +104,8 @@ impl Reward for PassRateReward {
 /// How a speedup becomes a reward.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SpeedupScale {
-    /// `clip(log2(speedup), lo, hi)` (the CudaPerf term; default lo = -1, hi = 3).
+    /// `clip(log2(speedup), lo, hi)` (the CudaPerf term; default lo = −1,
+    /// hi = [`DEFAULT_SPEED_CAP_LOG2`]).
     Log2Clipped {
         /// Lower clip.
         lo: f64,
@@ -120,11 +124,23 @@ pub struct SpeedupReward {
     pub scale: SpeedupScale,
 }
 
+/// Default upper clip of the log-speedup term: 2^6 = 64×. Honest kernels of the dataset
+/// reach 10–50× their references; a cap of 8× (the earlier default) scored a 9.4× and a
+/// 16.4× kernel the same, so the speed term stopped ordering fast kernels.
+pub const DEFAULT_SPEED_CAP_LOG2: f64 = 6.0;
+
 impl SpeedupReward {
-    /// `clip(log2(speedup), -1, 3)`.
+    /// `clip(log2(speedup), −1, DEFAULT_SPEED_CAP_LOG2)`.
     pub fn log2() -> SpeedupReward {
+        SpeedupReward::log2_capped(DEFAULT_SPEED_CAP_LOG2)
+    }
+
+    /// `clip(log2(speedup), −1, cap)`: a cap of 3 is the earlier 8× clip. A cap below −1
+    /// is raised to −1 (the term is then constant).
+    pub fn log2_capped(cap: f64) -> SpeedupReward {
+        let hi = if cap.is_nan() { -1.0 } else { cap.max(-1.0) };
         SpeedupReward {
-            scale: SpeedupScale::Log2Clipped { lo: -1.0, hi: 3.0 },
+            scale: SpeedupScale::Log2Clipped { lo: -1.0, hi },
         }
     }
 
@@ -162,6 +178,63 @@ impl Reward for SpeedupReward {
                 }
             }
             SpeedupScale::Ratio => s,
+        })
+    }
+}
+
+/// The fraction of the task's physical floor a correct candidate reaches:
+/// `floor / t_cand` in (0, 1], where `floor` is the larger of the bytes floor (bytes the
+/// ABI must move / device bandwidth) and the compute floor (the task's FLOPs / peak rate),
+/// and `t_cand` is the time the awarded speedup stands for (`reference_us / speedup`), so
+/// the noise, plausibility and stability rules of the timing stage apply unchanged and a
+/// faster correct kernel never scores lower. Bounded by construction and comparable across
+/// tasks: 1 is a kernel at the roofline, whatever its reference. 0 for incorrect candidates
+/// (use it under a [`crate::reward::Gate`] on correctness, as the unified reward does).
+///
+/// A timing without a floor (a device whose bandwidth is unknown) has no roofline: the
+/// reward is then unavailable rather than a made-up number.
+pub struct RooflineReward;
+
+impl RooflineReward {
+    /// The roofline fraction of a timing: `None` when the timing has no floor or no time.
+    pub fn fraction(t: &TimingStage) -> Option<f64> {
+        let floor = t.floor_us.max(t.compute_floor_us);
+        let speedup = if t.implausible { 1.0 } else { t.speedup };
+        let usable = floor > 0.0 && floor.is_finite() && t.reference_us > 0.0 && speedup > 0.0;
+        if !usable {
+            return None;
+        }
+        let t_cand = t.reference_us / speedup;
+        Some((floor / t_cand).clamp(f64::MIN_POSITIVE, 1.0))
+    }
+}
+
+impl Reward for RooflineReward {
+    fn name(&self) -> String {
+        "roofline".into()
+    }
+    fn needs(&self, _: &Context) -> Stage {
+        Stage::Timing
+    }
+    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+        require(self, eval, Stage::Timing)?;
+        let t = match (progress(self, eval)?, &eval.stages.timing) {
+            (Progress::Checked { passed: true, .. }, Some(t)) => t,
+            _ => return Ok(0.0),
+        };
+        RooflineReward::fraction(t).ok_or_else(|| {
+            unavailable_error(
+                &self.name(),
+                StageUnavailable {
+                    stage: Stage::Timing,
+                    reason: format!(
+                        "the timing of config `{}` has no physical floor (floor {} us, \
+                         compute floor {} us, reference {} us): the device's bandwidth is unknown",
+                        t.config, t.floor_us, t.compute_floor_us, t.reference_us
+                    ),
+                },
+                eval,
+            )
         })
     }
 }

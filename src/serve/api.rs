@@ -52,9 +52,16 @@ pub enum TaskRef {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Weights {
-    /// Weight of `clip(log2(speedup), -1, 3)` (default 0.3).
+    /// Weight of `clip(log2(speedup), −1, speed_cap_log2)` (default 0.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed: Option<f64>,
+    /// Upper clip of the log2-speedup term (default 6, i.e. 64×).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_cap_log2: Option<f64>,
+    /// Weight of the roofline term, the fraction of the physical floor reached (default 0.1;
+    /// 0 leaves it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<f64>,
     /// Weight of the structural score (default 0.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structure: Option<f64>,

@@ -83,7 +83,18 @@ fn cudaperf_weighted(w: &Weights) -> Result<crate::reward::Weighted, SpecError> 
         structure: pick("structure", w.structure, d.structure)?,
         rank: pick("rank", w.rank, d.rank)?,
         syntax_credit: pick("syntax_credit", w.syntax_credit, d.syntax_credit)?,
+        roofline: pick("roofline", w.roofline, d.roofline)?,
+        speed_cap_log2: pick("speed_cap_log2", w.speed_cap_log2, d.speed_cap_log2)?,
     };
+    if weights.speed_cap_log2 < 0.0 {
+        return Err(err(
+            "reward.weights.speed_cap_log2",
+            format!(
+                "{} is below 0: the cap of the log2-speedup term must be at least 0 (1×)",
+                weights.speed_cap_log2
+            ),
+        ));
+    }
     let structure: Option<Box<dyn Reward>> =
         (weights.structure != 0.0).then(|| Box::new(StructuralReward) as Box<dyn Reward>);
     let ranker: Option<Box<dyn Reward>> =
