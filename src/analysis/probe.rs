@@ -102,6 +102,8 @@ struct Lane<'a> {
     unknown_trips: u32,
     /// Shared arrays declared so far (their `param` numbers start at [`SHARED_BASE`]).
     shared_arrays: usize,
+    /// Simulate loop headers for trip counts (the detailed probe; the sector probe skips it).
+    count_trips: bool,
     steps: usize,
     depth: usize,
     returned: bool,
@@ -552,7 +554,11 @@ impl<'a> Lane<'a> {
                         }
                     }
                 }
-                let trips = self.trip_count(s);
+                let trips = if self.count_trips {
+                    self.trip_count(s)
+                } else {
+                    Some(1.0)
+                };
                 if trips.is_none() {
                     self.unknown_trips += 1;
                 }
@@ -766,7 +772,11 @@ impl<'t> WarpProbe<'t> {
         block: [u32; 3],
         args: &[ProbeArg],
     ) -> Vec<AccessProbe> {
-        self.run_detailed(kernel, grid, block, args)
+        let base = kernel.split('<').next().unwrap_or(kernel).trim();
+        let Some(def) = self.prog.functions.get(base).map(|f| f.node) else {
+            return Vec::new();
+        };
+        probe_kernel(self.src, def, grid, block, args, false)
             .map(|k| {
                 k.accesses
                     .iter()
@@ -790,7 +800,7 @@ impl<'t> WarpProbe<'t> {
     ) -> Option<KernelProbe> {
         let base = kernel.split('<').next().unwrap_or(kernel).trim();
         let def = self.prog.functions.get(base).map(|f| f.node)?;
-        probe_kernel(self.src, def, grid, block, args)
+        probe_kernel(self.src, def, grid, block, args, true)
     }
 }
 
@@ -853,6 +863,7 @@ fn probe_kernel(
     grid: [u32; 3],
     block: [u32; 3],
     args: &[ProbeArg],
+    detailed: bool,
 ) -> Option<KernelProbe> {
     let body = def.field("body")?;
     let params = parameters(def);
@@ -882,7 +893,8 @@ fn probe_kernel(
     let g = grid.map(i64::from);
     let b = block.map(i64::from);
     let bid = [g[0] / 2, g[1] / 2, g[2] / 2];
-    let run = |tid: [i64; 3], bid: [i64; 3]| {
+    // Trip counts are read from lane 0 only: the other lanes give addresses.
+    let run = |tid: [i64; 3], bid: [i64; 3], count_trips: bool| {
         let mut l = Lane {
             src,
             vars: bound.clone(),
@@ -897,6 +909,7 @@ fn probe_kernel(
             spin_waits: 0,
             unknown_trips: 0,
             shared_arrays: 0,
+            count_trips,
             steps: 0,
             depth: 0,
             returned: false,
@@ -915,7 +928,7 @@ fn probe_kernel(
     let mut first = None;
     for lane in 0..lanes {
         let tid = [lane % b[0], (lane / b[0]) % b[1], lane / (b[0] * b[1])];
-        let r = run(tid, bid);
+        let r = run(tid, bid, detailed && lane == 0);
         for (k, v) in &r.seen {
             per_access.entry(*k).or_default().push(*v);
         }
@@ -925,14 +938,16 @@ fn probe_kernel(
     }
     let first = first?;
     // Lane 0 of the neighbouring block: the same address there means the blocks share it.
-    let next = if g[0] > 1 {
+    let next = if !detailed {
+        None
+    } else if g[0] > 1 {
         Some([(bid[0] + 1) % g[0], bid[1], bid[2]])
     } else if g[1] > 1 {
         Some([bid[0], (bid[1] + 1) % g[1], bid[2]])
     } else {
         None
     };
-    let neighbour = next.map(|nb| run([0, 0, 0], nb).seen);
+    let neighbour = next.map(|nb| run([0, 0, 0], nb, false).seen);
     let accesses = per_access
         .into_iter()
         .filter(|(_, v)| v.len() as i64 * 2 >= lanes)
