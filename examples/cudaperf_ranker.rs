@@ -65,6 +65,9 @@ struct Args {
     fixtures: Option<PathBuf>,
 }
 
+/// Which feature names an ablation keeps.
+type Keep = Box<dyn Fn(&str) -> bool>;
+
 /// One scorer's cross-validation over all seeds.
 #[derive(Debug, Serialize, Deserialize)]
 struct SeededCv {
@@ -98,14 +101,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "{} implementations, {} pairs, {} features, {} tasks (timings: {} on {}, {})\n",
+        "{} implementations, {} pairs, {} features, {} tasks (timings: {} on {}, \
+         fixtures/timings/h200.json)\n",
         data.samples.len(),
         data.pairs.len(),
         data.feature_names.len(),
         data.tasks().len(),
         timings.device,
         timings.date,
-        "fixtures/timings/h200.json"
     );
     let config = RankerConfig::new()
         .with_epochs(args.epochs)
@@ -139,9 +142,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     // 3. Leave-tasks-out CV, per seed, of the full model and each ablation.
-    let groups: Vec<(&str, Box<dyn Fn(&str) -> bool>)> = {
-        let mut g: Vec<(&str, Box<dyn Fn(&str) -> bool>)> =
-            vec![("all features (shipped)", Box::new(|_: &str| true))];
+    let groups: Vec<(&str, Keep)> = {
+        let mut g: Vec<(&str, Keep)> = vec![("all features (shipped)", Box::new(|_: &str| true))];
         if args.ablate {
             g.push((
                 "without traffic (memory, reuse, serial work)",
