@@ -5,6 +5,16 @@
 //! The reports are real: the committed H200 report of `softmax_rows/warp_per_row_shuffle`
 //! and CPU-stage reports (NVRTC, structure, ranker) of fixture implementations, so NVRTC
 //! must be installed (as for `benches/compile.rs`).
+//!
+//! `replay_table/reward_and_advantages_64`: the replayed ablation's per-group cost (issue 21):
+//! the unified reward of 64 rows of a program table, each with a fresh draw of its timing
+//! noise, then GRPO advantages over the 64 (target ≤ 50 µs). The table is
+//! `$CUDAPERF_TABLE`, else the committed bookkeeping fixture (its rows have real CPU stages;
+//! the cost does not depend on the made-up GPU numbers).
+
+#[path = "../examples/common/mod.rs"]
+#[allow(unused_imports)]
+mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use cudaperf::reward::{
@@ -125,5 +135,42 @@ fn bench_rl(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_rl);
+fn bench_replay(c: &mut Criterion) {
+    use rand::SeedableRng;
+    let root = root();
+    let path = std::env::var_os("CUDAPERF_TABLE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("fixtures/rl/program_table.bookkeeping.jsonl"));
+    let rows = common::table::read(&path).expect("program table");
+    let tasks = common::replay::load_tasks(rows, &root.join("fixtures"), &["softmax_rows".into()])
+        .expect("table task");
+    let t = &tasks[0];
+    let evaluator = Evaluator::new(EvalOptions {
+        no_gpu: true,
+        ..EvalOptions::default()
+    })
+    .expect("evaluator");
+    let ctx = Context::new(&t.task, &evaluator);
+    let reward = common::replay::Arm::Both.reward().unwrap();
+    let mut scorer = common::replay::Scorer::new(t, reward.as_ref(), false);
+    // 64 rows: the correct ones first (they carry timing noise), then the others.
+    let mut picked: Vec<usize> = (0..t.rows.len()).filter(|&i| t.rows[i].correct()).collect();
+    picked.extend((0..t.rows.len()).filter(|&i| !t.rows[i].correct()));
+    let picked: Vec<usize> = picked.into_iter().cycle().take(64).collect();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let opts = rl::AdvantageOptions::default();
+    let mut g = c.benchmark_group("replay_table");
+    g.bench_function("reward_and_advantages_64", |b| {
+        b.iter(|| {
+            let r: Vec<f64> = picked
+                .iter()
+                .map(|&i| scorer.score(&ctx, i, &mut rng))
+                .collect();
+            rl::advantages(black_box(&r), &opts).unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_rl, bench_replay);
 criterion_main!(benches);

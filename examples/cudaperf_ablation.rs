@@ -33,12 +33,12 @@ use serde::Serialize;
 #[derive(Parser, Debug)]
 #[command(about = "Reward ablation of the GRPO loop (CudaPerf's online stage)")]
 struct Args {
-    /// Seeds per variant.
-    #[arg(long, default_value_t = 3)]
-    seeds: u64,
-    /// Training steps per run.
-    #[arg(long, default_value_t = 20)]
-    steps: usize,
+    /// Seeds per variant (default 3; replay: 20).
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// Training steps per run (default 20; replay: 40).
+    #[arg(long)]
+    steps: Option<usize>,
     /// Episodes per group.
     #[arg(long, default_value_t = 8)]
     group: usize,
@@ -55,6 +55,9 @@ struct Args {
     /// Adam learning rate.
     #[arg(long, default_value_t = 0.003)]
     lr: f64,
+    /// Replay: policy-gradient step on the knob logits.
+    #[arg(long, default_value_t = 1.0)]
+    lr_replay: f64,
     /// KL coefficient.
     #[arg(long, default_value_t = 0.05)]
     kl: f64,
@@ -71,6 +74,14 @@ struct Args {
     /// Fixtures folder.
     #[arg(long)]
     fixtures: Option<PathBuf>,
+    /// Replay a measured program table (`program_table`) instead of evaluating: arms
+    /// outcome, structure, ranker, both, structure_ungated, shuffled_structure, kevin_pooled,
+    /// random (`--variants` picks some), paired seeds, no GPU needed.
+    #[arg(long)]
+    table: Option<PathBuf>,
+    /// Replay: tasks of the table to use (default all).
+    #[arg(long, value_delimiter = ',')]
+    tasks: Vec<String>,
 }
 
 fn main() {
@@ -100,6 +111,11 @@ struct Run {
 
 fn run(args: Args) -> Result<(), String> {
     let fixtures = common::setup::fixtures_root(args.fixtures.as_deref())?;
+    if let Some(table) = &args.table {
+        return replay(&args, table, &fixtures);
+    }
+    let seeds = args.seeds.unwrap_or(3);
+    let steps = args.steps.unwrap_or(20);
     let gpu = common::setup::gpu_present();
     let variants: Vec<String> = if args.variants.is_empty() {
         if gpu {
@@ -153,8 +169,8 @@ fn run(args: Args) -> Result<(), String> {
     println!(
         "ablation [{mode}]: variants {}, {} seeds, {} steps, G = {}, {} turns, budget {} s",
         variants.join(","),
-        args.seeds,
-        args.steps,
+        seeds,
+        steps,
         args.group,
         args.turns,
         args.budget_s
@@ -196,19 +212,19 @@ fn run(args: Args) -> Result<(), String> {
     }
     let prewarm_s = start.elapsed().as_secs_f64();
     println!("evaluated the {prewarmed} programs of the training tasks once in {prewarm_s:.0} s");
-    let n_runs = variants.len() * args.seeds as usize;
+    let n_runs = variants.len() * seeds as usize;
     let train_budget = Duration::from_secs(args.budget_s)
         .mul_f64(0.8)
         .saturating_sub(start.elapsed());
     let train_start = Instant::now();
     let mut runs: Vec<Run> = Vec::new();
     let mut k = 0;
-    for seed in 0..args.seeds {
+    for seed in 0..seeds {
         for (variant, reward) in variants.iter().zip(&rewards) {
             k += 1;
             let deadline = train_start + train_budget.mul_f64(k as f64 / n_runs as f64);
             let cfg = LoopConfig {
-                steps: args.steps,
+                steps,
                 group: args.group,
                 turns: args.turns,
                 episode: EpisodeOptions {
@@ -302,7 +318,8 @@ fn run(args: Args) -> Result<(), String> {
         &all_envs,
         &dataset,
         needs_gpu,
-        args.seeds,
+        seeds,
+        steps,
         &args,
         mode,
         start.elapsed().as_secs_f64(),
@@ -430,6 +447,7 @@ fn table(
     dataset: &BTreeMap<String, rollout::DatasetBest>,
     gpu: bool,
     seeds: u64,
+    steps: usize,
     args: &Args,
     mode: &str,
     seconds: f64,
@@ -437,7 +455,7 @@ fn table(
     let mut md = format!(
         "# Reward ablation — {mode}\n\nCommand: `{}`\n\n{} seeds per variant, up to {} steps, G = {}, {} turns, lr {}, KL {}; {:.0} s in all. Every program of the training tasks was evaluated once before the runs (one shared evaluator: every variant sees the same measurement of a program). Final evaluation per run: the greedy episode and {} sampled episodes per task; numbers are mean ± sd over seeds.\n\n",
         std::env::args().collect::<Vec<_>>().join(" "),
-        seeds, args.steps, args.group, args.turns, args.lr, args.kl, seconds, args.eval_samples
+        seeds, steps, args.group, args.turns, args.lr, args.kl, seconds, args.eval_samples
     );
     for (held, title) in [
         (
@@ -594,4 +612,60 @@ fn curves(
         ));
     }
     common::plot::plot(path, &panels)
+}
+
+/// `--table`: the replayed ablation (issue 21) on a measured program table.
+fn replay(
+    args: &Args,
+    table_path: &std::path::Path,
+    fixtures: &std::path::Path,
+) -> Result<(), String> {
+    use common::replay::{Arm, ReplayConfig};
+    let start = Instant::now();
+    let rows = common::table::read(table_path)?;
+    print!(
+        "sparsity of {} (uniform policy over knob combinations):\n{}",
+        table_path.display(),
+        common::table::sparsity_text(&common::table::sparsity(&rows))
+    );
+    if rows.iter().any(|r| r.synthetic) {
+        println!("NOTE: this table's GPU columns are synthetic (a bookkeeping fixture): its outcome means nothing");
+    }
+    let arms: Vec<Arm> = if args.variants.is_empty() {
+        Arm::ALL.to_vec()
+    } else {
+        args.variants
+            .iter()
+            .map(|v| {
+                Arm::parse(v).ok_or_else(|| {
+                    format!(
+                        "--variants: no arm `{v}` (arms: {})",
+                        Arm::ALL.map(|a| a.name()).join(", ")
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let cfg = ReplayConfig {
+        steps: args.steps.unwrap_or(40),
+        group: args.group,
+        turns: args.turns.clamp(1, 2),
+        seeds: (0..args.seeds.unwrap_or(20)).collect(),
+        lr: args.lr_replay,
+        arms,
+        ..ReplayConfig::default()
+    };
+    let tasks = common::replay::load_tasks(rows, fixtures, &args.tasks)?;
+    let evaluator = common::setup::evaluator(fixtures, false, None);
+    let summary = common::replay_report::run_all(&tasks, &evaluator, &cfg);
+    let name = table_path.display().to_string();
+    common::replay_report::write(&summary, &args.out, &name)?;
+    println!("{}", common::replay_report::markdown(&summary, &name));
+    println!(
+        "{} runs in {:.1} s; wrote {}/ablation.md, ablation.json, curves.png",
+        summary.runs.len(),
+        start.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    Ok(())
 }

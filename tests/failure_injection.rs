@@ -229,12 +229,13 @@ fn compile_worker(dir: &Path, fault: CompileFault, tag: &str) -> PathBuf {
             )],
         ),
         CompileFault::NvrtcMissing => {
-            // The real worker, without NVRTC: it greets, then refuses every job.
+            // The real worker, without NVRTC: it greets, then refuses every job. The loader
+            // path goes too, or NVRTC's last resort (the system loader) would find it there.
             let path = dir.join(&name);
             std::fs::write(
                 &path,
                 format!(
-                    "#!/bin/sh\nexport CUDAPERF_NVRTC=/nonexistent/libnvrtc.so.13\nexec '{}' \"$@\"\n",
+                    "#!/bin/sh\nexport CUDAPERF_NVRTC=/nonexistent/libnvrtc.so.13\nunset LD_LIBRARY_PATH\nexec '{}' \"$@\"\n",
                     common::cudaperf_bin().display()
                 ),
             )
@@ -359,6 +360,21 @@ fn gpu_worker(dir: &Path, fault: GpuFault) -> Option<PathBuf> {
     })
 }
 
+/// The limit every pool works under here: fake workers must greet within it, the real
+/// compile worker must compile `vector_add` within it, and the hanging faults wait it out.
+/// A slow start on a loaded machine (a 2-core machine shared with compilers) must not miss
+/// it, so it is generous: a larger limit makes this test slower, never wrong.
+/// `CUDAPERF_TEST_POOL_LIMIT_S` sets it (seconds).
+fn pool_limit() -> Duration {
+    const DEFAULT_S: f64 = 10.0;
+    let secs = std::env::var("CUDAPERF_TEST_POOL_LIMIT_S")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(DEFAULT_S);
+    Duration::from_secs_f64(secs)
+}
+
 fn options(compile_worker: PathBuf, compile_timeout: Duration) -> EvalOptions {
     let mut o = EvalOptions {
         compile: CompileOptions {
@@ -370,7 +386,7 @@ fn options(compile_worker: PathBuf, compile_timeout: Duration) -> EvalOptions {
         },
         ..EvalOptions::default()
     };
-    o.exec.timeout = Duration::from_millis(500);
+    o.exec.timeout = pool_limit();
     o
 }
 
@@ -419,7 +435,7 @@ fn world() -> Option<&'static World> {
             for fault in CompileFault::ALL {
                 for cand in Cand::ALL {
                     let worker = compile_worker(dir.path(), fault, &format!("{cand:?}"));
-                    let e = Evaluator::new(options(worker, Duration::from_secs(3)))
+                    let e = Evaluator::new(options(worker, pool_limit()))
                         .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
                     compile.push((fault, cand, e, Run::new(cand.submission())));
                 }
@@ -433,7 +449,7 @@ fn world() -> Option<&'static World> {
                         None => e,
                         Some(program) => e.with_executor(Executor::with_workers(
                             ExecOptions {
-                                timeout: Duration::from_millis(500),
+                                timeout: pool_limit(),
                                 ..o.exec.clone()
                             },
                             vec!["0".into()],

@@ -7,6 +7,10 @@
 pub mod plot;
 pub mod policy;
 pub mod programs;
+pub mod replay;
+pub mod replay_report;
 pub mod rewards;
 pub mod rollout;
 pub mod setup;
+pub mod space;
+pub mod table;

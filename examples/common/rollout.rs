@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cudaperf::reward::{Context, Evaluator, Reward, RewardReport, Submission};
+use cudaperf::reward::{Context, Evaluator, Reward, RewardReport, Stage, Submission};
 use cudaperf::rl::{self, Episode, EpisodeOptions, Turn};
 use cudaperf::task::Task;
 use rand::rngs::SmallRng;
@@ -247,48 +247,155 @@ pub fn rollout(
     pick: Pick,
     rng: &mut SmallRng,
 ) -> Rollout {
-    let mut states: Vec<State> = vec![State::first(env.spec.family); group];
-    let mut episodes: Vec<Option<Episode>> = (0..group)
-        .map(|_| Some(Episode::new(&env.task.id)))
+    rollout_tasks(
+        policy,
+        std::slice::from_ref(env),
+        std::slice::from_ref(ctx),
+        reward,
+        group,
+        turns,
+        pick,
+        rng,
+    )
+    .pop()
+    .unwrap_or(Rollout {
+        episodes: Vec::new(),
+        steps: Vec::new(),
+    })
+}
+
+/// A turn's policy input, knob choice and its log-probability.
+type Step = (State, Vec<usize>, f64);
+
+/// Runs `group` episodes of `turns` turns on every task (`ctxs[i]` is `envs[i]`'s
+/// context, all on one evaluator). Each turn scores every task's group in one
+/// `Evaluator::evaluate_groups` call, so one task's compiles overlap another's GPU work.
+#[allow(clippy::too_many_arguments)]
+pub fn rollout_tasks(
+    policy: &Policy,
+    envs: &[TaskEnv],
+    ctxs: &[Context],
+    reward: &dyn Reward,
+    group: usize,
+    turns: usize,
+    pick: Pick,
+    rng: &mut SmallRng,
+) -> Vec<Rollout> {
+    let n = envs.len();
+    let mut states: Vec<Vec<State>> = envs
+        .iter()
+        .map(|env| vec![State::first(env.spec.family); group])
         .collect();
-    let mut steps: Vec<Vec<(State, Vec<usize>, f64)>> = vec![Vec::new(); group];
+    let mut episodes: Vec<Vec<Option<Episode>>> = envs
+        .iter()
+        .map(|env| {
+            (0..group)
+                .map(|_| Some(Episode::new(&env.task.id)))
+                .collect()
+        })
+        .collect();
+    let mut steps: Vec<Vec<Vec<Step>>> = vec![vec![Vec::new(); group]; n];
     for _ in 0..turns.max(1) {
-        let picks: Vec<(Vec<usize>, f64)> = states
+        let picks: Vec<Vec<(Vec<usize>, f64)>> = states
             .iter()
-            .map(|s| match pick {
-                Pick::Sample => policy.sample(s, rng),
-                Pick::Greedy => policy.greedy(s),
+            .map(|ss| {
+                ss.iter()
+                    .map(|s| match pick {
+                        Pick::Sample => policy.sample(s, rng),
+                        Pick::Greedy => policy.greedy(s),
+                    })
+                    .collect()
             })
             .collect();
-        let completions: Vec<String> = picks
+        let completions: Vec<Vec<String>> = envs
             .iter()
-            .map(|(c, _)| {
-                programs::render(env.spec.id, c)
-                    .map(|p| p.completion())
-                    .unwrap_or_else(|e| format!("(generator error: {e})"))
+            .zip(&picks)
+            .map(|(env, ps)| {
+                ps.iter()
+                    .map(|(c, _)| {
+                        programs::render(env.spec.id, c)
+                            .map(|p| p.completion())
+                            .unwrap_or_else(|e| format!("(generator error: {e})"))
+                    })
+                    .collect()
             })
             .collect();
-        let reports = score(ctx, reward, &completions);
-        for i in 0..group {
-            let Some(ep) = episodes[i].as_mut() else {
-                continue;
-            };
-            match &reports[i] {
-                Some(r) => {
-                    ep.push(Turn::new(completions[i].clone(), r.clone()));
-                    steps[i].push((states[i].clone(), picks[i].0.clone(), picks[i].1));
-                    states[i] = states[i].after(&picks[i].0, r);
+        let reports = score_tasks(ctxs, reward, &completions);
+        for k in 0..n {
+            for i in 0..group {
+                let Some(ep) = episodes[k][i].as_mut() else {
+                    continue;
+                };
+                match &reports[k][i] {
+                    Some(r) => {
+                        ep.push(Turn::new(completions[k][i].clone(), r.clone()));
+                        steps[k][i].push((
+                            states[k][i].clone(),
+                            picks[k][i].0.clone(),
+                            picks[k][i].1,
+                        ));
+                        states[k][i] = states[k][i].after(&picks[k][i].0, r);
+                    }
+                    None => episodes[k][i] = None,
                 }
-                None => episodes[i] = None,
             }
         }
     }
-    let (episodes, steps): (Vec<Episode>, Vec<_>) = episodes
+    episodes
         .into_iter()
         .zip(steps)
-        .filter_map(|(e, s)| e.map(|e| (e, s)))
-        .unzip();
-    Rollout { episodes, steps }
+        .map(|(eps, st)| {
+            let (episodes, steps): (Vec<Episode>, Vec<_>) = eps
+                .into_iter()
+                .zip(st)
+                .filter_map(|(e, s)| e.map(|e| (e, s)))
+                .unzip();
+            Rollout { episodes, steps }
+        })
+        .collect()
+}
+
+/// Scores every task's completions: one `evaluate_groups` call for all tasks (the stages
+/// the reward needs), then the reward on each evaluation, as `Reward::score_batch` would.
+fn score_tasks(
+    ctxs: &[Context],
+    reward: &dyn Reward,
+    completions: &[Vec<String>],
+) -> Vec<Vec<Option<RewardReport>>> {
+    let Some(first) = ctxs.first() else {
+        return Vec::new();
+    };
+    let subs: Vec<Vec<Submission>> = completions
+        .iter()
+        .map(|cs| cs.iter().map(Submission::from_completion).collect())
+        .collect();
+    let upto = ctxs
+        .iter()
+        .map(|c| reward.needs(c))
+        .max()
+        .unwrap_or(Stage::Correctness);
+    let groups: Vec<(&Task, &[Submission])> = ctxs
+        .iter()
+        .zip(&subs)
+        .map(|(c, s)| (c.task, s.as_slice()))
+        .collect();
+    let evals = first.evaluator.evaluate_groups(&groups, upto);
+    ctxs.iter()
+        .zip(evals)
+        .map(|(ctx, es)| {
+            es.iter()
+                .map(|e| match reward.score_evaluated(ctx, e) {
+                    Ok(s) => Some(s.report),
+                    Err(err) => {
+                        if std::env::var_os("GRPO_DEBUG").is_some() {
+                            eprintln!("{}: {err}", ctx.task.id);
+                        }
+                        None
+                    }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The best program seen for a task.
@@ -346,18 +453,21 @@ pub fn train(
         let mut reports: Vec<RewardReport> = Vec::new();
         let mut per_turn: Vec<Vec<f64>> = vec![Vec::new(); cfg.turns.max(1)];
         let (mut groups, mut dropped) = (0, 0);
-        for env in envs {
-            let ctx = Context::new(&env.task, evaluator).at_step(step as u64);
-            let r = rollout(
-                &policy,
-                env,
-                &ctx,
-                reward,
-                cfg.group,
-                cfg.turns,
-                Pick::Sample,
-                &mut rng,
-            );
+        let ctxs: Vec<Context> = envs
+            .iter()
+            .map(|env| Context::new(&env.task, evaluator).at_step(step as u64))
+            .collect();
+        let rollouts = rollout_tasks(
+            &policy,
+            envs,
+            &ctxs,
+            reward,
+            cfg.group,
+            cfg.turns,
+            Pick::Sample,
+            &mut rng,
+        );
+        for (env, r) in envs.iter().zip(rollouts) {
             if r.episodes.is_empty() {
                 continue;
             }

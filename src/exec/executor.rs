@@ -116,6 +116,34 @@ pub fn visible_gpus() -> Result<Vec<String>, GpuUnavailable> {
     })
 }
 
+/// The memory of the smallest GPU this process may use, in bytes, as the driver reports it
+/// (`cuDeviceTotalMem`; no context is created). Task limits follow it
+/// ([`crate::task::TaskLimits::for_this_machine`]).
+pub fn smallest_gpu_memory() -> Result<u64, GpuUnavailable> {
+    let count = visible_gpus()?.len();
+    let mut smallest = u64::MAX;
+    for ordinal in 0..count {
+        let dev = cudarc::driver::result::device::get(ordinal as i32).map_err(|e| {
+            GpuUnavailable::Driver {
+                call: "cuDeviceGet",
+                code: format!("{e:?}"),
+            }
+        })?;
+        // SAFETY: `dev` was just returned by the driver.
+        let bytes = unsafe { cudarc::driver::result::device::total_mem(dev) }.map_err(|e| {
+            GpuUnavailable::Driver {
+                call: "cuDeviceTotalMem",
+                code: format!("{e:?}"),
+            }
+        })?;
+        smallest = smallest.min(bytes as u64);
+    }
+    if smallest == u64::MAX {
+        return Err(GpuUnavailable::NoGpu);
+    }
+    Ok(smallest)
+}
+
 impl Executor {
     /// Starts nothing yet; fails with a reason when there is no GPU or no worker binary.
     pub fn new(options: ExecOptions) -> Result<Executor, GpuUnavailable> {

@@ -836,6 +836,25 @@ impl Harness {
         // invalid launch; the rest go on.
         let sizes = JobSizes::new(job);
         let mut need = sizes.reference.iter().sum::<u64>() + sizes.generated.iter().sum::<u64>();
+        // The task itself must fit with one scratch-free candidate: otherwise every member
+        // would be refused for a size it did not choose, and that is ours, not theirs.
+        let abi = (job.configs.iter())
+            .map(|c| {
+                (0..job.buffers.len())
+                    .map(|i| job.buffer_bytes(c, i))
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
+        let least = need + abi + sizes.saved.iter().sum::<u64>();
+        if least > cap {
+            return Err(Fault::Ours(
+                format!(
+                    "the task's buffers need {least} bytes of device memory for one candidate (reference, generated inputs, the candidate's buffers and saved outputs), more than the job's cap of {cap} bytes (ExecOptions::max_device_bytes; default 90% of the GPU's free memory)"
+                ),
+                false,
+            ));
+        }
         for i in st.active() {
             let own = sizes.members[i].iter().sum::<u64>() + sizes.saved.iter().sum::<u64>();
             if own + need > cap {

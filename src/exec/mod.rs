@@ -27,7 +27,9 @@ mod values;
 pub use device::{table_bandwidth, table_peak_tflops};
 pub use direct::DirectGpu;
 pub use driver::CudaError;
-pub use executor::{fresh_secret, visible_gpus, ExecOptions, Executor, GpuUnavailable};
+pub use executor::{
+    fresh_secret, smallest_gpu_memory, visible_gpus, ExecOptions, Executor, GpuUnavailable,
+};
 pub(crate) use harness::buffer_seed;
 pub use harness::GpuHandler;
 pub use job::{

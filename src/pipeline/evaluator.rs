@@ -85,6 +85,50 @@ pub struct Evaluation {
 }
 
 impl Evaluation {
+    /// An evaluation rebuilt from stored stages (a report's `stages`, a measured table's
+    /// rows), so that rewards can score it again without compiling or running anything: a
+    /// replayed ablation scores one measurement under many rewards. Rewards read `stages`;
+    /// a successful compile gets a module without code (its resources only: it cannot be
+    /// loaded), the features and the syntax tree stay empty. The furthest
+    /// stage present counts as evaluated (`timing`, else `correctness` or `execute`, else
+    /// `ranker`, `structure`, `compile`, `syntax`, else `extract`).
+    pub fn from_stages(stages: Stages) -> Evaluation {
+        let reached = if stages.timing.is_some() {
+            Stage::Timing
+        } else if stages.correctness.is_some() || stages.execute.is_some() {
+            Stage::Correctness
+        } else if stages.ranker.is_some() {
+            Stage::Ranker
+        } else if stages.structure.is_some() {
+            Stage::Structure
+        } else if stages.compile.is_some() {
+            Stage::Compile
+        } else if stages.syntax.is_some() {
+            Stage::Syntax
+        } else {
+            Stage::Extract
+        };
+        // Rewards tell a compiled candidate by its module: a stored successful compile gets
+        // one without code (its resources only), which nothing can load or launch.
+        let module = stages
+            .compile
+            .as_ref()
+            .filter(|c| c.ok)
+            .map(|c| CompiledModule {
+                cubin: Arc::new(Vec::new()),
+                kernels: c.kernels.clone(),
+                lowered: Vec::new(),
+                log: String::new(),
+            });
+        Evaluation {
+            timed: stages.timing.is_some(),
+            stages,
+            module,
+            reached: Some(reached),
+            ..Evaluation::default()
+        }
+    }
+
     /// The furthest stage evaluated.
     pub fn reached(&self) -> Option<Stage> {
         self.reached

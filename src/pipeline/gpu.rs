@@ -329,6 +329,12 @@ fn build_reference(
     compiler: &Compiler,
     limits: &PlanLimits,
 ) -> Result<Reference, ReferenceError> {
+    if task.torch_reference() {
+        return Err(ReferenceError::Unavailable(format!(
+            "task `{}` names its PyTorch original as the reference; the PyTorch reference runner is not part of this build yet (docs/pytorch-tasks.md)",
+            task.id
+        )));
+    }
     let path = task.reference.path.display();
     let broken = |what: String| ReferenceError::Broken(format!("reference {path}: {what}"));
     let mut c = Candidate::parse(&task.reference.source).map_err(|e| broken(e.to_string()))?;

@@ -112,6 +112,13 @@ impl RankerState {
     }
 
     fn score(&self, task: &Task, input: &RankerInput<'_>) -> Result<RankerStage, String> {
+        if task.torch_reference() {
+            // The ranker compares CUDA with CUDA; a Python reference has no features.
+            return Err(format!(
+                "task `{}` has a PyTorch reference, no CUDA one to compare with",
+                task.id
+            ));
+        }
         let ranker = self.model()?;
         let names = ranker.feature_names();
         let launch = FeatureSet::of(names).needs_plan();

@@ -14,8 +14,11 @@ use serde::{Deserialize, Serialize};
 use crate::expr::{Expr, Sizes};
 
 mod contract;
+pub mod import;
+mod limits;
 
 pub use contract::{Precision, PrecisionContract, ProbeBits, Regime};
+pub use limits::{LimitError, TaskLimits};
 
 /// A buffer parameter of a task's ABI, borrowed ([`Task::buffers`]).
 #[derive(Debug, Clone, Copy)]
@@ -440,21 +443,6 @@ pub struct Implementation {
     pub source: String,
 }
 
-/// Limits applied when validating a task.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TaskLimits {
-    /// Largest total of buffer bytes one config may need (default 8 GiB).
-    pub max_buffer_bytes: u64,
-}
-
-impl Default for TaskLimits {
-    fn default() -> Self {
-        TaskLimits {
-            max_buffer_bytes: 8 << 30,
-        }
-    }
-}
-
 /// A validated task.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -799,6 +787,12 @@ impl Task {
                 ))
             }
         };
+        if raw.reference == raw.original && kind != TaskKind::Torch2cuda {
+            return Err(invalid(
+                "reference".into(),
+                "only a torch2cuda task can name its original as the reference (a PyTorch reference)".into(),
+            ));
+        }
 
         // Configs first: expressions are checked against their size names.
         if raw.configs.is_empty() {
@@ -1150,14 +1144,20 @@ impl Task {
             if bytes > limits.max_buffer_bytes {
                 return Err(invalid(
                     format!("configs[{ci}]"),
-                    format!(
-                        "config `{}` needs {bytes} bytes of buffers, more than the cap of {} bytes",
-                        c.name, limits.max_buffer_bytes
-                    ),
+                    limits.over_cap(&c.name, bytes),
                 ));
             }
         }
         Ok(task)
+    }
+
+    /// True when the task names its PyTorch original as its reference (`reference =
+    /// "original.py"`, as `cudaperf tasks import` writes): there is no CUDA reference, and the
+    /// reference side is the module itself (docs/pytorch-tasks.md).
+    pub fn torch_reference(&self) -> bool {
+        self.kind == TaskKind::Torch2cuda
+            && self.reference.path.file_name().and_then(|f| f.to_str())
+                == Some(self.original_file.as_str())
     }
 
     /// The ABI's buffer parameters, in order.

@@ -1,16 +1,20 @@
-//! `cudaperf dataset check-originals` and `cudaperf dataset torch-eager`.
+//! `cudaperf dataset check-originals`: run every task's original on the CPU and compare it
+//! with the reference (on this GPU, or from samples taken on one earlier).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cudaperf::compile::{CompileOptions, Compiler, Isolation};
-use cudaperf::dataset::Dataset;
+use cudaperf::compile::{CompileOptions, Compiler, CompilerError, Isolation};
+use cudaperf::dataset::{Dataset, DatasetError};
 use cudaperf::exec::DirectGpu;
 use cudaperf::originals::{
     self, BufferCompare, CheckOptions, GpuCheck, Samples, TaskCheck, Tools, TwinCheck,
 };
-use cudaperf::task::{Task, TaskKind};
+use cudaperf::task::{Task, TaskError};
+
+use crate::args::{count, seconds, whole};
+use crate::output::{pretty, write_text, OutputError};
 
 /// `cudaperf dataset check-originals`.
 #[derive(clap::Args)]
@@ -32,29 +36,83 @@ pub struct Args {
     #[arg(long, requires = "gpu")]
     pub write_samples: Option<PathBuf>,
     /// Input set seed (default: the samples' seed, else a fixed one).
-    #[arg(long, value_parser = super::whole)]
+    #[arg(long, value_parser = whole)]
     pub seed: Option<u64>,
     /// Time limit of one original run, seconds.
-    #[arg(long, default_value_t = 120.0, value_parser = super::seconds)]
+    #[arg(long, default_value_t = 120.0, value_parser = seconds)]
     pub limit: f64,
     /// Originals run in parallel (default: the number of cores).
-    #[arg(long, value_parser = super::count)]
+    #[arg(long, value_parser = count)]
     pub jobs: Option<usize>,
     /// Write every task's result as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
 
+/// Why `check-originals` (or `torch-eager`) could not check.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The dataset does not load.
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    /// A task of `--only` does not load.
+    #[error("--only {id}: {source}")]
+    Only {
+        /// The task id.
+        id: String,
+        /// Why.
+        source: TaskError,
+    },
+    /// The samples file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    ReadSamples {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The samples file is not one.
+    #[error("{path}: not a samples file: {source}")]
+    NotSamples {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error.
+        source: serde_json::Error,
+    },
+    /// `--seed` disagrees with the samples.
+    #[error("--seed {given} differs from the samples' seed {samples}")]
+    SeedMismatch {
+        /// `--seed`.
+        given: u64,
+        /// The samples' seed.
+        samples: u64,
+    },
+    /// No usable GPU for `--gpu`.
+    #[error("--gpu: {0}")]
+    Gpu(String),
+    /// The compiler for the references could not be set up.
+    #[error(transparent)]
+    Compiler(#[from] CompilerError),
+    /// A result could not be written.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+}
+
 /// The tasks of `--only` (each loaded from its folder; every one named must load), else
 /// the whole dataset.
-fn chosen(dir: &std::path::Path, only: &Option<String>) -> Result<Vec<Task>, String> {
+pub fn chosen(dir: &Path, only: &Option<String>) -> Result<Vec<Task>, Error> {
     let Some(list) = only else {
-        return Ok(Dataset::load(dir).map_err(|e| e.to_string())?.tasks);
+        return Ok(Dataset::load(dir)?.tasks);
     };
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|id| Task::load(dir.join(id)).map_err(|e| format!("--only {id}: {e}")))
+        .map(|id| {
+            Task::load(dir.join(id)).map_err(|source| Error::Only {
+                id: id.to_string(),
+                source,
+            })
+        })
         .collect()
 }
 
@@ -124,20 +182,12 @@ fn line(c: &TaskCheck) -> String {
     )
 }
 
-pub fn run(a: Args) -> Result<ExitCode, String> {
+/// Runs `cudaperf dataset check-originals`; exits 1 when a task fails.
+pub fn run(a: Args) -> Result<ExitCode, Error> {
     let owned = chosen(&a.tasks, &a.only)?;
     let tasks: Vec<&Task> = owned.iter().collect();
     let tools = Tools::detect();
-    let samples = match &a.samples {
-        Some(p) => Some(
-            serde_json::from_str::<Samples>(
-                &std::fs::read_to_string(p)
-                    .map_err(|e| format!("cannot read {}: {e}", p.display()))?,
-            )
-            .map_err(|e| format!("{}: not a samples file: {e}", p.display()))?,
-        ),
-        None => None,
-    };
+    let samples = a.samples.as_deref().map(load_samples).transpose()?;
     let mut opts = CheckOptions {
         limit: Duration::from_secs_f64(a.limit),
         ..Default::default()
@@ -147,44 +197,30 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     }
     if let (Some(s), Some(seed)) = (&samples, a.seed) {
         if s.seed != seed {
-            return Err(format!(
-                "--seed {seed} differs from the samples' seed {}",
-                s.seed
-            ));
+            return Err(Error::SeedMismatch {
+                given: seed,
+                samples: s.seed,
+            });
         }
     }
     let device = if a.gpu {
-        Some(DirectGpu::open().map_err(|e| format!("--gpu: {e}"))?)
+        Some(DirectGpu::open().map_err(Error::Gpu)?)
     } else {
         None
     };
     let compiler = match &device {
-        Some(d) => Some(
-            Compiler::new(CompileOptions {
-                arch: d.arch().to_string(),
-                isolation: Isolation::InProcess, // the dataset's own references
-                ..Default::default()
-            })
-            .map_err(|e| e.to_string())?,
-        ),
+        Some(d) => Some(Compiler::new(CompileOptions {
+            arch: d.arch().to_string(),
+            isolation: Isolation::InProcess, // the dataset's own references
+            ..Default::default()
+        })?),
         None => None,
     };
     let gpu = match (&device, &compiler) {
         (Some(gpu), Some(compiler)) => Some(GpuCheck { gpu, compiler }),
         _ => None,
     };
-    println!(
-        "# check-originals: {} tasks; C compiler {}, python3+numpy {}, torch {}; {}",
-        tasks.len(),
-        tools.cc.as_deref().unwrap_or("none"),
-        if tools.python.is_some() { "yes" } else { "no" },
-        if tools.torch { "yes" } else { "no" },
-        match (&device, &samples) {
-            (Some(d), _) => format!("references on {}", d.name()),
-            (None, Some(s)) => format!("against reference samples from {}", s.device),
-            (None, None) => "no reference to compare with (originals only)".into(),
-        }
-    );
+    print_header(tasks.len(), &tools, device.as_ref(), samples.as_ref());
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
@@ -205,6 +241,55 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         jobs,
         |c| println!("{}", line(c)),
     );
+    let failed = print_summary(&results);
+    if let Some(p) = &a.json {
+        write_text(p, pretty("the results", &results)?)?;
+    }
+    if let Some(p) = &a.write_samples {
+        write_samples(p, record)?;
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Reads a samples file written by `--write-samples`.
+fn load_samples(path: &Path) -> Result<Samples, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadSamples {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| Error::NotSamples {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The first line: what this machine can run and what the originals are compared with.
+fn print_header(
+    tasks: usize,
+    tools: &Tools,
+    device: Option<&DirectGpu>,
+    samples: Option<&Samples>,
+) {
+    println!(
+        "# check-originals: {} tasks; C compiler {}, python3+numpy {}, torch {}; {}",
+        tasks,
+        tools.cc.as_deref().unwrap_or("none"),
+        if tools.python.is_some() { "yes" } else { "no" },
+        if tools.torch { "yes" } else { "no" },
+        match (device, samples) {
+            (Some(d), _) => format!("references on {}", d.name()),
+            (None, Some(s)) => format!("against reference samples from {}", s.device),
+            (None, None) => "no reference to compare with (originals only)".into(),
+        }
+    );
+}
+
+/// The last line: how many passed, which failed; gives the number that failed.
+fn print_summary(results: &[TaskCheck]) -> usize {
     let failed: Vec<&str> = results
         .iter()
         .filter(|c| !c.passed())
@@ -220,98 +305,21 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             format!("; failed: {}", failed.join(", "))
         }
     );
-    if let Some(p) = &a.json {
-        let text = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
-        std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    if let Some(p) = &a.write_samples {
-        // An existing file for the same seed keeps the tasks not checked now (`--only`).
-        if let Some(old) = std::fs::read_to_string(p)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Samples>(&t).ok())
-        {
-            record = old.update(record);
-        }
-        let text = serde_json::to_string(&record).map_err(|e| e.to_string())?;
-        std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    Ok(if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    failed.len()
 }
 
-pub fn torch_eager(
-    tasks: PathBuf,
-    only: Option<String>,
-    timings: Option<PathBuf>,
-    runs: usize,
-    out: Option<PathBuf>,
-) -> Result<ExitCode, String> {
-    let owned = chosen(&tasks, &only)?;
-    let timings = match &timings {
-        Some(p) => Some(cudaperf::timings::Timings::load(p).map_err(|e| e.to_string())?),
-        None => None,
-    };
-    let mut rows = Vec::new();
-    let mut failures = 0;
-    println!(
-        "{:<28} {:<12} {:>12} {:>14} {:>8}",
-        "task", "config", "eager_us", "reference_us", "ref/eager"
-    );
-    let torch: Vec<&Task> = owned
-        .iter()
-        .filter(|t| t.kind == TaskKind::Torch2cuda)
-        .collect();
-    let items: Vec<_> = torch
-        .iter()
-        .map(|t| {
-            let all: Vec<usize> = (0..t.configs.len()).collect();
-            (*t, &t.configs[cudaperf::pipeline::timing_config(t, &all)])
-        })
-        .collect();
-    // 2 x the H200's 60 MiB L2, as the timing protocol flushes; 20 s per module at most.
-    let limit = Duration::from_secs(60 + 20 * items.len() as u64);
-    let results =
-        originals::torch_eager_ms(&items, runs, 128 << 20, limit).map_err(|e| e.to_string())?;
-    for ((t, cfg), r) in items.iter().zip(results) {
-        let reference = timings
-            .as_ref()
-            .and_then(|tm| tm.tasks.get(&t.id))
-            .and_then(|tt| tt.implementations.get("reference"))
-            .and_then(|r| r.time_us);
-        match r {
-            Ok(v) => {
-                let eager_us = v["median_ms"].as_f64().unwrap_or(f64::NAN) * 1000.0;
-                println!(
-                    "{:<28} {:<12} {:>12.1} {:>14} {:>8}",
-                    t.id,
-                    cfg.name,
-                    eager_us,
-                    reference.map_or("-".into(), |r| format!("{r:.1}")),
-                    reference.map_or("-".into(), |r| format!("{:.2}", r / eager_us)),
-                );
-                rows.push(serde_json::json!({
-                    "task": t.id, "config": cfg.name, "eager_us": eager_us,
-                    "eager_min_us": v["min_ms"].as_f64().map(|m| m * 1000.0),
-                    "runs": v["runs"], "device": v["device"], "torch": v["torch"],
-                    "reference_us": reference,
-                }));
-            }
-            Err(e) => {
-                failures += 1;
-                println!("{:<28} {:<12} ERROR {e}", t.id, cfg.name);
-            }
-        }
+/// Writes the sampled reference values; an existing file for the same seed keeps the tasks
+/// not checked now (`--only`).
+fn write_samples(path: &Path, mut record: Samples) -> Result<(), Error> {
+    if let Some(old) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Samples>(&t).ok())
+    {
+        record = old.update(record);
     }
-    if let Some(p) = &out {
-        let text = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
-        std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    Ok(if failures == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let text = serde_json::to_string(&record).map_err(|source| OutputError::Json {
+        what: "the samples",
+        source,
+    })?;
+    Ok(write_text(path, text)?)
 }

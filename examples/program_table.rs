@@ -1,0 +1,499 @@
+//! Measures every program of the sparse space (`examples/common/space`) once and writes the
+//! program table that `cudaperf_ablation --table` replays (issue 21, "measure once, replay
+//! many"): one JSON line per distinct program (knobs, hash, verdict, speedup with its 95 %
+//! interval, candidate/reference µs, floors, structural score, ranker margin and
+//! probability, and the slimmed stages the rewards read).
+//!
+//! ```text
+//! # GPU host (the binary is its own sandbox worker), in shards of <= 9 minutes:
+//! cargo build --release --example program_table
+//! program_table --shard 0/2 --out table.jsonl        # appends; --resume table.jsonl to go on
+//! program_table --shard 1/2 --resume table.jsonl
+//! program_table --summary table.jsonl                # sparsity figures
+//! # CPU: refresh the structure and ranker columns (a new ranker) of an existing table
+//! program_table --static-only table.jsonl --out table2.jsonl
+//! # CPU: the static sparsity figures of the space (hazard-free share, sizes)
+//! program_table --space
+//! ```
+//! Groups of programs go through `Evaluator::evaluate_groups` (one group per task in each
+//! wave) so that one task's compiles overlap another's GPU work.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Parser;
+use common::space::{self, Distinct, SpaceTask};
+use common::table;
+use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission, Verdict};
+use cudaperf::task::Task;
+
+#[derive(Parser, Debug)]
+#[command(about = "Measure every program of the sparse space once (issue 21)")]
+struct Args {
+    /// Tasks (comma-separated; default all of the space's).
+    #[arg(long, value_delimiter = ',')]
+    tasks: Vec<String>,
+    /// Measure the i-th of n shards (`i/n`; a program's shard is its index mod n).
+    #[arg(long)]
+    shard: Option<String>,
+    /// Append to this table, skipping the programs it already has.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Output table (JSON lines; appended to). Default: the --resume file, else
+    /// runs/program_table.jsonl.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Programs per group job.
+    #[arg(long, default_value_t = 16)]
+    group: usize,
+    /// Stop starting new waves after this many seconds (resume later).
+    #[arg(long, default_value_t = 500)]
+    budget_s: u64,
+    /// Refresh the static columns (structure, ranker) of this table on the CPU.
+    #[arg(long)]
+    static_only: Option<PathBuf>,
+    /// Print the sparsity figures of this table and exit.
+    #[arg(long)]
+    summary: Option<PathBuf>,
+    /// Print the space's sizes and hazard-free shares (no evaluation) and exit.
+    #[arg(long)]
+    space: bool,
+    /// Write a BOOKKEEPING FIXTURE (tests only) to this file: a small sub-space (every
+    /// hazard, two options of three speed knobs), real CPU stages, and GPU columns made up
+    /// from the hazards (correct iff hazard-free) and a speed formula, every row marked
+    /// `synthetic`. Its outcome means nothing; it tests the replay's bookkeeping.
+    #[arg(long)]
+    bookkeeping_fixture: Option<PathBuf>,
+    /// Fixtures folder.
+    #[arg(long)]
+    fixtures: Option<PathBuf>,
+}
+
+fn main() {
+    common::setup::serve_as_worker_if_asked();
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
+}
+
+fn stamp(start: Instant) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!(
+        "[{:02}:{:02}:{:02} +{:.0}s]",
+        now / 3600 % 24,
+        now / 60 % 60,
+        now % 60,
+        start.elapsed().as_secs_f64()
+    )
+}
+
+fn run(args: Args) -> Result<(), String> {
+    if let Some(path) = &args.summary {
+        print!(
+            "{}",
+            table::sparsity_text(&table::sparsity(&table::read(path)?))
+        );
+        return Ok(());
+    }
+    let tasks = selected(&args.tasks)?;
+    if args.space {
+        println!("task          knobs  combos  distinct  hazard-free");
+        for t in &tasks {
+            let d = t.distinct();
+            let free = d
+                .iter()
+                .flat_map(|d| &d.choices)
+                .filter(|c| t.hazards(c).is_empty())
+                .count();
+            println!(
+                "{:<13} {:>5}  {:>6}  {:>8}  {:>10.2}%",
+                t.id,
+                t.knobs.len(),
+                t.size(),
+                d.len(),
+                100.0 * free as f64 / t.size() as f64
+            );
+        }
+        return Ok(());
+    }
+    let fixtures = common::setup::fixtures_root(args.fixtures.as_deref())?;
+    if let Some(path) = &args.bookkeeping_fixture {
+        return bookkeeping_fixture(path, &tasks, &fixtures);
+    }
+    if let Some(path) = &args.static_only {
+        let out = args.out.clone().unwrap_or_else(|| path.clone());
+        return refresh_static(path, &out, &fixtures);
+    }
+    measure(&args, &tasks, &fixtures)
+}
+
+fn selected(ids: &[String]) -> Result<Vec<&'static SpaceTask>, String> {
+    if ids.is_empty() {
+        return Ok(space::TASKS.iter().collect());
+    }
+    ids.iter()
+        .map(|id| {
+            space::task(id).ok_or_else(|| {
+                format!(
+                    "--tasks: the space has no task `{id}` (it has {})",
+                    space::TASKS.map(|t| t.id).join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("--shard `{s}`: expected i/n with 0 <= i < n");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result<(), String> {
+    let start = Instant::now();
+    if !common::setup::gpu_present() {
+        return Err("measuring the table needs a GPU (none found); --space, --summary and --static-only run without one".into());
+    }
+    let (shard, shards) = args
+        .shard
+        .as_deref()
+        .map(parse_shard)
+        .transpose()?
+        .unwrap_or((0, 1));
+    let out_path = args
+        .out
+        .clone()
+        .or_else(|| args.resume.clone())
+        .unwrap_or_else(|| PathBuf::from("runs/program_table.jsonl"));
+    let mut done: HashSet<(String, String)> = HashSet::new();
+    for p in args.resume.iter().chain(std::iter::once(&out_path)) {
+        if p.exists() {
+            for r in table::read(p)? {
+                done.insert((r.task, r.hash));
+            }
+        }
+    }
+    if let Some(dir) = out_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&out_path)
+        .map_err(|e| format!("{}: {e}", out_path.display()))?;
+    let evaluator = common::setup::evaluator(fixtures, true, None);
+    // Per task: the task and its programs of this shard still to measure, in chunks.
+    let mut queues: Vec<(Task, &SpaceTask, Vec<Distinct>)> = Vec::new();
+    for t in tasks {
+        let task = Task::load(fixtures.join("tasks").join(t.id))
+            .map_err(|e| format!("task {}: {e}", t.id))?;
+        let all = t.distinct();
+        let n_all = all.len();
+        let todo: Vec<Distinct> = all
+            .into_iter()
+            .enumerate()
+            .filter(|(i, d)| {
+                i % shards == shard && !done.contains(&(t.id.to_string(), d.hash.clone()))
+            })
+            .map(|(_, d)| d)
+            .collect();
+        println!(
+            "{} {}: {} distinct programs, {} to measure in shard {shard}/{shards}",
+            stamp(start),
+            t.id,
+            n_all,
+            todo.len()
+        );
+        queues.push((task, t, todo));
+    }
+    let total: usize = queues.iter().map(|q| q.2.len()).sum();
+    let mut measured = 0usize;
+    let mut correct = 0usize;
+    let mut wave = 0usize;
+    loop {
+        if start.elapsed().as_secs() >= args.budget_s {
+            println!(
+                "{} budget of {} s reached: {measured}/{total} measured; go on with --resume {}",
+                stamp(start),
+                args.budget_s,
+                out_path.display()
+            );
+            break;
+        }
+        // One chunk per task with work left.
+        let chunks: Vec<(usize, Vec<Distinct>)> = queues
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, q)| !q.2.is_empty())
+            .map(|(k, q)| {
+                let n = args.group.max(1).min(q.2.len());
+                (k, q.2.drain(..n).collect())
+            })
+            .collect();
+        if chunks.is_empty() {
+            break;
+        }
+        let subs: Vec<Vec<Submission>> = chunks
+            .iter()
+            .map(|(_, ds)| {
+                ds.iter()
+                    .map(|d| Submission::from_source(d.source.clone()))
+                    .collect()
+            })
+            .collect();
+        let groups: Vec<(&Task, &[Submission])> = chunks
+            .iter()
+            .zip(&subs)
+            .map(|((k, _), s)| (&queues[*k].0, s.as_slice()))
+            .collect();
+        let evals = evaluator.evaluate_groups(&groups, Stage::Timing);
+        let mut rows = Vec::new();
+        for ((k, ds), es) in chunks.iter().zip(evals) {
+            for (d, e) in ds.iter().zip(es) {
+                let row = table::row_from(queues[*k].1, d, e.verdict(), e.stages);
+                correct += row.correct() as usize;
+                rows.push(row);
+            }
+        }
+        measured += rows.len();
+        table::append(&mut out, &rows)?;
+        wave += 1;
+        let unavailable = rows
+            .iter()
+            .filter(|r| r.verdict == Verdict::Unavailable)
+            .count();
+        println!(
+            "{} wave {wave}: {measured}/{total} measured, {correct} correct{}",
+            stamp(start),
+            if unavailable > 0 {
+                format!(", {unavailable} UNAVAILABLE in this wave (not the programs' fault: re-run them)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    drop(out);
+    println!("{} table {}:", stamp(start), out_path.display());
+    print!(
+        "{}",
+        table::sparsity_text(&table::sparsity(&table::read(&out_path)?))
+    );
+    Ok(())
+}
+
+/// Recomputes the structure and ranker columns of every row on the CPU (the programs are
+/// rendered again from their knobs; a row whose source no longer matches its hash is an
+/// error: the space changed since the table was measured).
+fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String> {
+    let start = Instant::now();
+    let mut rows = table::read(path)?;
+    let mut o = EvalOptions {
+        no_gpu: true,
+        ranker_model: Some(fixtures.join("models/ranker")),
+        ..EvalOptions::default()
+    };
+    // The space's kernels are this repository's own: compiled in-process (trusted).
+    o.compile.isolation = cudaperf::compile::Isolation::InProcess;
+    let evaluator = Evaluator::new(o).map_err(|e| e.to_string())?;
+    let ids: Vec<String> = {
+        let mut v: Vec<String> = rows.iter().map(|r| r.task.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    for id in ids {
+        let t = space::task(&id)
+            .ok_or_else(|| format!("{}: row of unknown task `{id}`", path.display()))?;
+        let task = Task::load(fixtures.join("tasks").join(t.id)).map_err(|e| e.to_string())?;
+        let idx: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].task == id).collect();
+        let mut subs = Vec::new();
+        for &i in &idx {
+            let src = t.render(&rows[i].knobs).map_err(|e| e.to_string())?;
+            if space::source_hash(&src) != rows[i].hash {
+                return Err(format!(
+                    "{}: row {} ({} {}) no longer renders its hash {}: the space changed since it was measured",
+                    path.display(),
+                    i + 1,
+                    id,
+                    t.describe(&rows[i].knobs),
+                    rows[i].hash
+                ));
+            }
+            subs.push(Submission::from_source(src));
+        }
+        let evals = evaluator.evaluate_batch(&task, &subs, Stage::Ranker);
+        for (&i, e) in idx.iter().zip(evals) {
+            let r = &mut rows[i];
+            let fresh = table::slim(e.stages);
+            r.structure = fresh.structure.as_ref().map(|s| s.score);
+            let rk = fresh.ranker.as_ref().filter(|k| k.error.is_none());
+            r.ranker_margin = rk.map(|k| k.candidate_score - k.reference_score);
+            r.ranker_prob = rk.map(|k| k.prob_faster);
+            r.stages.structure = fresh.structure;
+            r.stages.ranker = fresh.ranker;
+        }
+        println!("{} {id}: {} rows refreshed", stamp(start), idx.len());
+    }
+    let tmp = out.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        table::append(&mut f, &rows)?;
+        f.flush().map_err(|e| e.to_string())?;
+    }
+    std::fs::rename(&tmp, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// See `--bookkeeping-fixture`.
+fn bookkeeping_fixture(
+    out: &Path,
+    tasks: &[&'static SpaceTask],
+    fixtures: &Path,
+) -> Result<(), String> {
+    // A real H200 report supplies the shape of the GPU stages (device, configs, timing fields).
+    let template_path =
+        fixtures.join("../docs/gpu-runs/2026-11-29-score-softmax-warp_per_row_shuffle.json");
+    let template: cudaperf::reward::RewardReport = serde_json::from_str(
+        &std::fs::read_to_string(&template_path)
+            .map_err(|e| format!("{}: {e}", template_path.display()))?,
+    )
+    .map_err(|e| format!("{}: {e}", template_path.display()))?;
+    let mut o = EvalOptions {
+        no_gpu: true,
+        ranker_model: Some(fixtures.join("models/ranker")),
+        ..EvalOptions::default()
+    };
+    o.compile.isolation = cudaperf::compile::Isolation::InProcess;
+    let evaluator = Evaluator::new(o).map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for t in tasks {
+        let task = Task::load(fixtures.join("tasks").join(t.id)).map_err(|e| e.to_string())?;
+        // Every hazard option; options 0 and 1 of the first three speed knobs; option 0 of
+        // the others.
+        let mut speed_seen = 0;
+        let allowed: Vec<usize> = t
+            .knobs
+            .iter()
+            .map(|k| {
+                if k.hazard {
+                    k.options.len()
+                } else {
+                    speed_seen += 1;
+                    if speed_seen <= 3 {
+                        2
+                    } else {
+                        1
+                    }
+                }
+            })
+            .collect();
+        let total: usize = allowed.iter().product();
+        let mut ds: Vec<Distinct> = Vec::new();
+        for mut n in 0..total {
+            let mut c = vec![0; allowed.len()];
+            for i in (0..c.len()).rev() {
+                c[i] = n % allowed[i];
+                n /= allowed[i];
+            }
+            let source = t.render(&c).map_err(|e| e.to_string())?;
+            ds.push(Distinct {
+                hash: space::source_hash(&source),
+                source,
+                choices: vec![c],
+            });
+        }
+        let subs: Vec<Submission> = ds
+            .iter()
+            .map(|d| Submission::from_source(d.source.clone()))
+            .collect();
+        let evals = evaluator.evaluate_batch(&task, &subs, Stage::Ranker);
+        for (d, e) in ds.iter().zip(evals) {
+            let c = &d.choices[0];
+            let safe = t.hazards(c).is_empty();
+            let mut stages = e.stages;
+            stages.execute = template.stages.execute.clone();
+            let mut corr = template
+                .stages
+                .correctness
+                .clone()
+                .ok_or("template without correctness")?;
+            corr.passed = safe;
+            corr.pass_rate = if safe { 1.0 } else { 0.0 };
+            for cfg in &mut corr.configs {
+                cfg.passed = safe;
+            }
+            stages.correctness = Some(corr);
+            stages.timing = if safe {
+                let mut tm = template
+                    .stages
+                    .timing
+                    .clone()
+                    .ok_or("template without timing")?;
+                // Made-up speed: a factor per option of the three varied speed knobs.
+                let speed: Vec<usize> = t
+                    .knobs
+                    .iter()
+                    .zip(c)
+                    .filter(|(k, _)| !k.hazard)
+                    .map(|(_, &v)| v)
+                    .collect();
+                let s = [1.6, 1.3, 1.15]
+                    .iter()
+                    .zip(&speed)
+                    .map(|(f, &v)| if v == 1 { *f } else { 1.0 })
+                    .product::<f64>();
+                tm.speedup = s;
+                tm.raw_speedup = s;
+                tm.ci95 = [0.98 * s, 1.02 * s];
+                tm.candidate_us = tm.reference_us / s;
+                tm.within_noise = false;
+                tm.implausible = false;
+                Some(tm)
+            } else {
+                None
+            };
+            let verdict = cudaperf::reward::Evaluation::from_stages(stages.clone()).verdict();
+            let want = if safe {
+                Verdict::Correct
+            } else {
+                Verdict::Incorrect
+            };
+            if verdict != want {
+                return Err(format!(
+                    "{} {}: synthetic stages read as {verdict:?}, not {want:?}",
+                    t.id,
+                    t.describe(c)
+                ));
+            }
+            let mut row = table::row_from(t, d, verdict, stages);
+            row.synthetic = true;
+            rows.push(row);
+        }
+        println!("{}: {} rows", t.id, ds.len());
+    }
+    let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    table::append(&mut f, &rows)?;
+    println!(
+        "wrote {} (BOOKKEEPING FIXTURE: synthetic GPU columns)",
+        out.display()
+    );
+    print!("{}", table::sparsity_text(&table::sparsity(&rows)));
+    Ok(())
+}
