@@ -1,5 +1,7 @@
 //! Ranker inference cost: one candidate (target ≤ 20 µs) and a GRPO-sized batch of 64, on the
-//! plain-Rust path that scoring uses and, for comparison, through burn.
+//! plain-Rust path that scoring uses and, for comparison, through burn; the launch-plan
+//! features; and the whole ranker stage of one candidate with the shipped model (target
+//! ≤ 0.5 ms).
 
 use burn::tensor::Device;
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
@@ -79,5 +81,53 @@ fn bench_launch_features(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_inference, bench_launch_features);
+/// The whole ranker stage for one candidate with the shipped model, from its parsed tree and
+/// structure features (what the pipeline already has): launch-plan and traffic features
+/// (two warp-probe passes), the ensemble's member scores and the calibrated comparison with
+/// the reference's cached member scores. Target: <= 0.5 ms per candidate.
+fn bench_stage(c: &mut Criterion) {
+    use cudaperf::analysis::{analyze_tree, SourceTree};
+    use cudaperf::candidate::PlanLimits;
+    use cudaperf::ranker::{features_for, features_from, LaunchInput, TimedPlan, TrainedRanker};
+    let model = TrainedRanker::shipped().unwrap();
+    let names = model.feature_names().to_vec();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tasks");
+    let mut g = c.benchmark_group("ranker_stage");
+    for (task, imp) in [
+        ("layernorm", "block_per_row_smem"),
+        ("prefix_sum", "blelloch_padded_smem"),
+        ("matmul", "reference"),
+    ] {
+        let task = cudaperf::task::Task::load(dir.join(task)).unwrap();
+        let source = if imp == "reference" {
+            task.reference.source.clone()
+        } else {
+            task.implementation(imp).unwrap().source.clone()
+        };
+        let reference = {
+            let r = &task.reference.source;
+            let plan = TimedPlan::of_source(&task, r, &PlanLimits::default(), "ref").unwrap();
+            let x = features_for(r, Some(&plan.input(&task, r)), &names).unwrap();
+            model.member_scores(&x).unwrap()
+        };
+        let tree = SourceTree::parse(source.as_bytes()).unwrap();
+        let features = analyze_tree(&tree);
+        let plan = TimedPlan::of_source(&task, &source, &PlanLimits::default(), imp).unwrap();
+        let input = LaunchInput {
+            tree: Some(&tree),
+            ..plan.input(&task, &source)
+        };
+        g.bench_function(format!("{}/{imp}", task.id), |b| {
+            b.iter(|| {
+                let x =
+                    features_from(&features, Some(&tree), Some(black_box(&input)), &names).unwrap();
+                let s = model.member_scores(&x).unwrap();
+                model.compare_scores(&s, &reference, Some(&x))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_inference, bench_launch_features, bench_stage);
 criterion_main!(benches);

@@ -1,29 +1,36 @@
 //! CudaPerf's offline stage as library calls: train the pairwise ranker on the dataset's
-//! measured implementations and compare it, leave-tasks-out, with the hand-weighted
-//! structural score (what `cudaperf train-ranker --cv 5` prints).
+//! measured implementations and evaluate it leave-tasks-out (tasks, not kernels, held out):
+//! several seeds of 5-fold CV, each feature group ablated, calibration (ECE, ties, ensemble
+//! disagreement) and the held-out misses grouped by cause. This is what
+//! `docs/ranker-cv.md` reports.
 //!
 //! ```text
-//! cargo run --release --example cudaperf_ranker -- --out runs/ranker [--cv 5] [--seed 42] [--ngrams 0] [--launch-features true]
+//! cargo run --release --example cudaperf_ranker -- --out runs/ranker [--cv 5] [--seeds 42,7,1] [--ablate true]
 //! ```
 //! Reads `fixtures/tasks` and the H200 timings `fixtures/timings/h200.json`; writes the model
-//! (`ranker.json` + weights), its training curve `training.png` and `cv.json` to `--out`,
-//! and prints the accuracy table (the ranker with and without launch-plan features and the
-//! hand-weighted score, on the same folds). Training runs on burn's default device (the ndarray CPU
-//! backend; libtorch with `--features tch`).
+//! (`ranker.json` + weights, the ensemble trained on every task exactly as each fold's model
+//! is), its training curve `training.png`, `cv.json` and `cv.md` to `--out`. Training runs on
+//! burn's default device (the ndarray CPU backend; libtorch with `--features tch`).
 
 #[path = "common/setup.rs"]
 #[allow(dead_code)]
 mod setup;
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::Parser;
 use cudaperf::dataset::Dataset;
-use cudaperf::ranker::{self, FeatureSet, RankerConfig, LAUNCH_PREFIX};
+use cudaperf::ranker::{
+    self, cross_validate, cross_validate_scorer, CvReport, FeatureSet, RankerConfig, RankingData,
+    CLEAR_PAIR_LOG_RATIO, CLOSE_PAIR_LOG_RATIO, LAUNCH_PREFIX, TRAFFIC_PREFIX,
+};
 use cudaperf::timings::Timings;
+use serde::{Deserialize, Serialize};
 
 #[derive(Parser, Debug)]
-#[command(about = "Train the pairwise ranker and compare it with the hand-weighted score")]
+#[command(about = "Train the pairwise ranker and evaluate it leave-tasks-out")]
 struct Args {
     /// Output folder for the model, its curve and the cross-validation report.
     #[arg(long, default_value = "runs/ranker")]
@@ -31,80 +38,362 @@ struct Args {
     /// Folds of the leave-tasks-out cross-validation.
     #[arg(long, default_value_t = 5)]
     cv: usize,
-    /// Seed (weights, shuffling, folds).
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
-    /// Hashed syntax n-gram buckets added to the structural features (0: none).
-    #[arg(long, default_value_t = 0)]
-    ngrams: usize,
-    /// Train the saved model with the launch-plan features (`launch_*`; the comparison
-    /// shows both either way).
+    /// Seeds of the cross-validation (folds, weights, shuffling); the first one also seeds
+    /// the saved model.
+    #[arg(long, default_value = "42,7,1", value_delimiter = ',')]
+    seeds: Vec<u64>,
+    /// Also cross-validate with each feature group removed.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    launch_features: bool,
+    ablate: bool,
+    /// Ensemble members (the model's `ensemble`).
+    #[arg(long, default_value_t = 5)]
+    ensemble: usize,
     /// Maximum epochs.
     #[arg(long, default_value_t = 300)]
     epochs: usize,
+    /// Skip training the saved model (evaluation only).
+    #[arg(long)]
+    no_model: bool,
+    /// Skip the cross-validation (train and save the model only).
+    #[arg(long)]
+    no_cv: bool,
+    /// Reuse the feature vectors saved at this path (computed and saved there when missing).
+    #[arg(long)]
+    data_cache: Option<PathBuf>,
     /// Fixtures folder.
     #[arg(long)]
     fixtures: Option<PathBuf>,
 }
 
+/// Which feature names an ablation keeps.
+type Keep = Box<dyn Fn(&str) -> bool>;
+
+/// One scorer's cross-validation over all seeds.
+#[derive(Debug, Serialize, Deserialize)]
+struct SeededCv {
+    scorer: String,
+    features: usize,
+    reports: Vec<CvReport>,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let fixtures = setup::fixtures_root(args.fixtures.as_deref())?;
-    // 1. Data: every correct, timed implementation and the pairs outside the noise.
+    std::fs::create_dir_all(&args.out)?;
+    // 1. Data: every correct, timed implementation and every pair outside the noise floor.
     let dataset = Dataset::load(fixtures.join("tasks"))?;
     let timings = Timings::load(fixtures.join("timings/h200.json"))?;
-    // With launch-plan features; the model drops them unless --launch-features.
-    let full = ranker::ranking_data(
-        &dataset,
-        &timings,
-        &FeatureSet {
-            launch: true,
-            ngram_buckets: args.ngrams,
-        },
-    )?;
-    let data = if args.launch_features {
-        full.clone()
-    } else {
-        full.select_features(|n| !n.starts_with(LAUNCH_PREFIX))
+    let data: RankingData = match args.data_cache.as_ref().filter(|p| p.is_file()) {
+        Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?)?,
+        None => {
+            let set = FeatureSet {
+                launch: true,
+                traffic: true,
+                ngram_buckets: 0,
+            };
+            let d = ranker::ranking_data(&dataset, &timings, &set)?;
+            if let Some(p) = &args.data_cache {
+                std::fs::write(p, serde_json::to_string(&d)?)?;
+            }
+            d
+        }
     };
-    println!(
-        "{} implementations, {} pairs, {} features, {} tasks (timings: {} on {})",
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "{} implementations, {} pairs, {} features, {} tasks (timings: {} on {}, \
+         fixtures/timings/h200.json)\n",
         data.samples.len(),
         data.pairs.len(),
         data.feature_names.len(),
         data.tasks().len(),
         timings.device,
-        timings.date
+        timings.date,
     );
-
-    // 2. Train on every task and save the model with its curve.
     let config = RankerConfig::new()
         .with_epochs(args.epochs)
-        .with_seed(args.seed);
-    let (model, history) = ranker::train(&data, &config, |_| {})?;
-    model.save(&args.out)?;
-    ranker::plot_history(&history, args.out.join("training.png"))?;
-    println!(
-        "trained in {:.2} s ({} epochs, best {}); model in {}",
-        history.seconds,
-        history.epochs.len(),
-        history.best_epoch,
-        args.out.display()
-    );
+        .with_ensemble(args.ensemble)
+        .with_seed(args.seeds.first().copied().unwrap_or(42));
 
-    // 3. Leave-tasks-out: the learned ranker with and without launch-plan features and the
-    //    hand-weighted score, on the same folds.
-    let compared = ranker::compare_on_folds(&dataset, &full, args.cv, &config)?;
+    // 2. The model: the same ensemble every fold trains, on every task.
+    if !args.no_model {
+        let (model, history) = ranker::train(&data, &config, |_| {})?;
+        model.save(&args.out)?;
+        ranker::plot_history(&history, args.out.join("training.png"))?;
+        let s = model.summary();
+        let epochs: Vec<String> = std::iter::once((s.epochs_run, s.best_epoch))
+            .chain(s.members.iter().map(|m| (m.epochs_run, m.best_epoch)))
+            .map(|(run, best)| format!("{best}/{run}"))
+            .collect();
+        let _ = writeln!(
+            md,
+            "Saved model: {} members (best epoch / epochs run: {}), temperature {:.2}, trained \
+             in {:.1} s.\n",
+            model.ensemble_size(),
+            epochs.join(", "),
+            model.temperature(),
+            history.seconds
+        );
+    }
+
+    if args.no_cv {
+        std::fs::write(args.out.join("model.md"), &md)?;
+        print!("{md}");
+        return Ok(());
+    }
+    // 3. Leave-tasks-out CV, per seed, of the full model and each ablation.
+    let groups: Vec<(&str, Keep)> = {
+        let mut g: Vec<(&str, Keep)> = vec![("all features (shipped)", Box::new(|_: &str| true))];
+        if args.ablate {
+            g.push((
+                "without traffic (memory, reuse, serial work)",
+                Box::new(|n: &str| !n.starts_with(TRAFFIC_PREFIX)),
+            ));
+            g.push((
+                "without launch plan",
+                Box::new(|n: &str| !n.starts_with(LAUNCH_PREFIX)),
+            ));
+            g.push((
+                "without structural (launch + traffic only)",
+                Box::new(|n: &str| n.starts_with(LAUNCH_PREFIX) || n.starts_with(TRAFFIC_PREFIX)),
+            ));
+            g.push((
+                "structural only (the previous features minus launch)",
+                Box::new(|n: &str| !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(TRAFFIC_PREFIX)),
+            ));
+            g.push((
+                "analytical time estimate alone (nothing trained)",
+                Box::new(|n: &str| n == "traffic_estimated_time_us"),
+            ));
+        }
+        g
+    };
+    let mut all = Vec::new();
+    for (name, keep) in &groups {
+        let d = data.select_features(|n| keep(n));
+        let mut reports = Vec::new();
+        for &seed in &args.seeds {
+            let cfg = config.clone().with_seed(seed);
+            let r = if d.feature_names.len() == 1 {
+                // Lower estimated time = faster: the estimate itself as a fixed score.
+                cross_validate_scorer(&d, args.cv, &cfg, name, |s| -f64::from(s.features[0]))?
+            } else {
+                cross_validate(&d, args.cv, &cfg)?
+            };
+            eprintln!(
+                "{name}, seed {seed}: {:.1} %",
+                100.0 * r.accuracy.overall.accuracy.unwrap_or(0.0)
+            );
+            reports.push(r);
+        }
+        all.push(SeededCv {
+            scorer: name.to_string(),
+            features: d.feature_names.len(),
+            reports,
+        });
+    }
+    md.push_str(&table(&all, args.cv));
+    if let Some(main) = all.first() {
+        md.push_str(&calibration_section(main));
+        md.push_str(&misses(&data, main));
+    }
     std::fs::write(
         args.out.join("cv.json"),
-        serde_json::to_string_pretty(&compared)?,
+        serde_json::to_string_pretty(&all)?,
     )?;
-    println!(
-        "\nleave-tasks-out {}-fold pairwise accuracy (chance 50 %):\n",
-        args.cv
-    );
-    print!("{}", compared.table());
+    std::fs::write(args.out.join("cv.md"), &md)?;
+    print!("{md}");
     Ok(())
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> (f64, f64) {
+    let v: Vec<f64> = xs.collect();
+    let n = v.len().max(1) as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let sd = (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n).sqrt();
+    (m, sd)
+}
+
+/// Mean ± standard deviation over seeds of each bucket's pooled held-out accuracy.
+fn table(all: &[SeededCv], k: usize) -> String {
+    let mut out = format!(
+        "Leave-tasks-out {k}-fold pairwise accuracy, mean ± sd over seeds (pairs per seed in \
+         brackets; chance 50 %):\n\n| scorer | features | all pairs | >= 2x apart | 1.1-2x apart | \
+         < 2x apart | c2cuda | torch2cuda | ECE |\n|---|---|---|---|---|---|---|---|---|\n"
+    );
+    for s in all {
+        let cell = |f: &dyn Fn(&CvReport) -> &cudaperf::ranker::PairAccuracy| {
+            let (m, sd) = mean(s.reports.iter().map(|r| f(r).accuracy.unwrap_or(0.0)));
+            let n = s.reports.first().map_or(0, |r| f(r).pairs);
+            format!("{:.1} ± {:.1} % ({n})", 100.0 * m, 100.0 * sd)
+        };
+        fn c2cuda(r: &CvReport) -> &cudaperf::ranker::PairAccuracy {
+            r.accuracy
+                .by_kind
+                .get("c2cuda")
+                .unwrap_or(&r.accuracy.overall)
+        }
+        fn torch2cuda(r: &CvReport) -> &cudaperf::ranker::PairAccuracy {
+            r.accuracy
+                .by_kind
+                .get("torch2cuda")
+                .unwrap_or(&r.accuracy.overall)
+        }
+        let ece = if s.reports.iter().all(|r| r.calibration.is_some()) {
+            let (m, sd) = mean(
+                s.reports
+                    .iter()
+                    .filter_map(|r| r.calibration.as_ref().map(|c| c.ece)),
+            );
+            format!("{m:.3} ± {sd:.3}")
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            s.scorer,
+            s.features,
+            cell(&|r| &r.accuracy.overall),
+            cell(&|r| &r.accuracy.ratio_at_least_2x),
+            cell(&|r| &r.accuracy.ratio_1_1_to_2x),
+            cell(&|r| &r.accuracy.ratio_below_2x),
+            cell(&c2cuda),
+            cell(&torch2cuda),
+            ece
+        );
+    }
+    out.push('\n');
+    out
+}
+
+fn calibration_section(main: &SeededCv) -> String {
+    let mut out = String::from(
+        "Calibration of the held-out probabilities (first seed; each pair in both orders):\n\n\
+         | p bin | mean p | observed | pairs |\n|---|---|---|---|\n",
+    );
+    let Some(c) = main.reports.first().and_then(|r| r.calibration.as_ref()) else {
+        return String::new();
+    };
+    for (i, (p, y, n)) in c.bins.iter().enumerate() {
+        if *n > 0 {
+            let _ = writeln!(
+                out,
+                "| {:.1}-{:.1} | {p:.3} | {y:.3} | {n} |",
+                i as f64 / 10.0,
+                (i + 1) as f64 / 10.0
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nECE {:.3} over {} pair orders; ties within noise (< min_log_ratio): {} pairs, mean \
+         |p − 0.5| = {}; ensemble disagreement: mean {:.3}, on misses {:.3}, on hits {:.3}.\n",
+        c.ece,
+        c.pairs,
+        c.tie_pairs,
+        c.tie_mean_abs_dev.map_or("-".into(), |d| format!("{d:.3}")),
+        c.mean_uncertainty,
+        c.uncertainty_wrong_right.0,
+        c.uncertainty_wrong_right.1
+    );
+    out
+}
+
+/// The feature group that differs most (in training standard deviations) between the two
+/// implementations of a missed pair: a first guess at what the model weighed wrongly.
+fn cause(data: &RankingData, std: &[f64], fast: usize, slow: usize) -> &'static str {
+    let (a, b) = (&data.samples[fast].features, &data.samples[slow].features);
+    let mut best = (0.0, "");
+    for (i, name) in data.feature_names.iter().enumerate() {
+        let d = f64::from((a[i] - b[i]).abs()) / std[i].max(1e-6);
+        if d > best.0 {
+            best = (d, name.as_str());
+        }
+    }
+    let n = best.1;
+    if n.is_empty() {
+        "identical features"
+    } else if n.starts_with("traffic_barriers")
+        || n.starts_with("traffic_serial")
+        || n.starts_with("traffic_chain")
+        || n.starts_with("launch_small_grid")
+        || n.starts_with("launch_min_blocks")
+    {
+        "serial work (barriers, small grids, chains)"
+    } else if n.starts_with(TRAFFIC_PREFIX) {
+        "memory traffic and reuse"
+    } else if n.starts_with(LAUNCH_PREFIX) {
+        "launch shape (grid, threads per element, atomics, coalescing probe)"
+    } else {
+        "source structure (access classes, shared memory, syncs, loops)"
+    }
+}
+
+fn misses(data: &RankingData, main: &SeededCv) -> String {
+    let Some(r) = main.reports.first() else {
+        return String::new();
+    };
+    let dim = data.feature_names.len();
+    let n = data.samples.len().max(1) as f64;
+    let std: Vec<f64> = (0..dim)
+        .map(|i| {
+            let m = data
+                .samples
+                .iter()
+                .map(|s| f64::from(s.features[i]))
+                .sum::<f64>()
+                / n;
+            (data
+                .samples
+                .iter()
+                .map(|s| (f64::from(s.features[i]) - m).powi(2))
+                .sum::<f64>()
+                / n)
+                .sqrt()
+        })
+        .collect();
+    let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    let mut worst = Vec::new();
+    for p in &data.pairs {
+        if p.log_ratio < r.min_log_ratio {
+            continue;
+        }
+        if r.held_out_scores[p.fast] > r.held_out_scores[p.slow] {
+            continue;
+        }
+        let bucket = if p.log_ratio >= CLEAR_PAIR_LOG_RATIO {
+            ">= 2x"
+        } else if p.log_ratio >= CLOSE_PAIR_LOG_RATIO {
+            "1.1-2x"
+        } else {
+            "< 1.1x"
+        };
+        *groups
+            .entry((cause(data, &std, p.fast, p.slow), bucket))
+            .or_default() += 1;
+        worst.push(*p);
+    }
+    let mut out = String::from(
+        "Held-out misses (first seed) by cause — the feature group whose values differ most \
+         between the two kernels, in standard deviations — and ratio bucket:\n\n| cause | \
+         bucket | misses |\n|---|---|---|\n",
+    );
+    for ((c, b), k) in &groups {
+        let _ = writeln!(out, "| {c} | {b} | {k} |");
+    }
+    worst.sort_by(|a, b| b.log_ratio.total_cmp(&a.log_ratio));
+    out.push_str("\nThe widest misses:\n\n| task | predicted faster | measured faster | ratio |\n|---|---|---|---|\n");
+    for p in worst.iter().take(12) {
+        let (f, s) = (&data.samples[p.fast], &data.samples[p.slow]);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2}x |",
+            f.task,
+            s.name,
+            f.name,
+            p.log_ratio.exp()
+        );
+    }
+    out
 }

@@ -42,6 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &t,
         &FeatureSet {
             launch,
+            traffic: launch,
             ngram_buckets,
         },
     )?;

@@ -307,6 +307,7 @@ fn rank_with_a_launch_feature_model() {
     let t = cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).unwrap();
     let set = FeatureSet {
         launch: true,
+        traffic: true,
         ngram_buckets: 0,
     };
     let data = ranking_data(&ds, &t, &set).unwrap();

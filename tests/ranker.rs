@@ -203,7 +203,7 @@ fn damaged_model_files_are_errors() {
     let text = std::fs::read_to_string(&meta).unwrap();
     std::fs::write(
         &meta,
-        text.replace("\"format_version\": 1", "\"format_version\": 99"),
+        text.replace("\"format_version\": 2", "\"format_version\": 99"),
     )
     .unwrap();
     let err = TrainedRanker::load(dir.path(), names).unwrap_err();
@@ -628,6 +628,7 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
         assert!(matches!(err, RankerError::LaunchPlan { .. }), "{err}");
         let names = FeatureSet {
             launch: true,
+            traffic: true,
             ngram_buckets: 0,
         }
         .names();
@@ -643,6 +644,7 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
         let timings = Timings::load(fixture("timings/h200.json")).unwrap();
         let set = FeatureSet {
             launch: true,
+            traffic: true,
             ngram_buckets: 0,
         };
         let full = ranking_data(&ds, &timings, &set).unwrap();

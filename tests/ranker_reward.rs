@@ -125,6 +125,7 @@ fn pipeline_scores_with_launch_features() {
         cudaperf::timings::Timings::load(common::fixture("timings/h200.json")).expect("timings");
     let set = FeatureSet {
         launch: true,
+        traffic: true,
         ngram_buckets: 0,
     };
     let data = ranking_data(&ds, &t, &set).expect("ranking data");

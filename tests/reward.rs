@@ -970,6 +970,8 @@ fn require_refuses_stages_missing_for_our_reasons() {
         prob_faster: f64::NAN,
         model: "/nowhere/model".into(),
         error: Some("cannot read /nowhere/model/config.json".into()),
+        uncertainty: None,
+        out_of_range: None,
     });
     let err = require(&MyPassRate, &no_model, Stage::Ranker).unwrap_err();
     assert!(err.to_string().contains("`Ranker` is unavailable"), "{err}");

@@ -57,7 +57,7 @@ pub use features::{
     SyntaxFeatures, Totals,
 };
 pub use occupancy::{occupancy, DeviceSpec, Limiter, Occupancy, OccupancyError, DEVICES};
-pub use probe::{AccessProbe, ProbeArg, WarpProbe};
+pub use probe::{AccessDetail, AccessProbe, KernelProbe, MemorySpace, ProbeArg, WarpProbe};
 pub use score::{structural_score, ScoreTerm, StructuralScore};
 pub use source::{SourceTree, SyntaxProblems};
 pub use vector::FEATURE_NAMES;

@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::analysis::{Features, SourceTree};
 use crate::candidate::{Candidate, PlanLimits};
 use crate::ranker::{
-    features_for, features_from, sigmoid, FeatureSet, LaunchInput, TimedPlan, TrainedRanker,
-    SHIPPED_ORIGIN,
+    features_for, features_from, FeatureSet, LaunchInput, TimedPlan, TrainedRanker, SHIPPED_ORIGIN,
 };
 use crate::task::Task;
 
@@ -41,7 +40,8 @@ pub(crate) struct RankerState {
     source: Option<PathBuf>,
     origin: String,
     model: OnceLock<Result<Arc<TrainedRanker>, NoRanker>>,
-    reference_scores: Mutex<HashMap<String, f32>>,
+    /// Each member's score of a task's reference, by task id.
+    reference_scores: Mutex<HashMap<String, Vec<f32>>>,
 }
 
 impl RankerState {
@@ -101,6 +101,8 @@ impl RankerState {
             prob_faster: f64::NAN,
             model: self.origin(),
             error: Some(e),
+            uncertainty: None,
+            out_of_range: None,
         })
     }
 
@@ -114,27 +116,29 @@ impl RankerState {
         }
         let ranker = self.model().map_err(|e| e.reason)?;
         let names = ranker.feature_names();
-        let launch = FeatureSet::of(names).launch;
+        let launch = FeatureSet::of(names).needs_plan();
         let source = input.candidate.map_or("", |c| c.source.as_str());
         let timed = if launch {
             Some(candidate_plan(task, input)?)
         } else {
             None
         };
-        let cand = features_from(
+        let cand_features = features_from(
             input.features,
             input.tree,
             timed.as_ref().map(|t| t.input(task, source)).as_ref(),
             names,
         )
-        .and_then(|f| ranker.score(&f))
         .map_err(|e| e.to_string())?;
+        let cand = ranker
+            .member_scores(&cand_features)
+            .map_err(|e| e.to_string())?;
         let cached = self
             .reference_scores
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&task.id)
-            .copied();
+            .cloned();
         let reference = match cached {
             Some(r) => r,
             None => {
@@ -154,21 +158,25 @@ impl RankerState {
                         .as_ref(),
                     names,
                 )
-                .and_then(|f| ranker.score(&f))
+                .and_then(|f| ranker.member_scores(&f))
                 .map_err(|e| format!("{what}: {e}"))?;
                 self.reference_scores
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(task.id.clone(), r);
+                    .insert(task.id.clone(), r.clone());
                 r
             }
         };
+        let verdict = ranker.compare_scores(&cand, &reference, Some(&cand_features));
+        let mean = |v: &[f32]| f64::from(v.iter().sum::<f32>()) / v.len().max(1) as f64;
         Ok(RankerStage {
-            candidate_score: f64::from(cand),
-            reference_score: f64::from(reference),
-            prob_faster: f64::from(sigmoid(cand - reference)),
+            candidate_score: mean(&cand),
+            reference_score: mean(&reference),
+            prob_faster: f64::from(verdict.prob_faster),
             model: self.origin(),
             error: None,
+            uncertainty: Some(f64::from(verdict.uncertainty)),
+            out_of_range: Some(f64::from(verdict.out_of_range)),
         })
     }
 }

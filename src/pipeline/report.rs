@@ -271,4 +271,15 @@ pub struct RankerStage {
     /// NaN then.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<String>,
+    /// How unsure the ranker is: the standard deviation over its ensemble members of their
+    /// own probability that the candidate is faster (0 to 0.5; 0 for a one-member model).
+    /// High on code unlike the training data; a reward can shrink the ranker term by it,
+    /// e.g. `(2p − 1) · max(0, 1 − uncertainty / 0.15)`. Absent in reports written before
+    /// it existed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub uncertainty: Option<f64>,
+    /// How far the candidate's features lie outside the ranker's training range, in
+    /// standard deviations (0 inside; the model clamps them to the range).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub out_of_range: Option<f64>,
 }

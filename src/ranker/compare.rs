@@ -13,6 +13,7 @@ use super::error::Result;
 use super::eval::{cross_validate, cross_validate_scorer, CvReport, PairAccuracy};
 use super::from_dataset::FeatureSet;
 use super::launch::LAUNCH_PREFIX;
+use super::traffic::TRAFFIC_PREFIX;
 use crate::analysis::{analyze, structural_score};
 use crate::dataset::Dataset;
 
@@ -21,8 +22,8 @@ use crate::dataset::Dataset;
 pub struct CvComparison {
     /// The learned ranker on all of the data's features.
     pub learned: CvReport,
-    /// The learned ranker on the same data without its launch-plan features (`None` when
-    /// the data has none).
+    /// The learned ranker on the same data without its launch-plan and traffic features
+    /// (`None` when the data has none).
     pub without_launch: Option<CvReport>,
     /// The hand-weighted structural score (nothing trained).
     pub hand_weighted: CvReport,
@@ -65,6 +66,9 @@ fn ranker_name(names: &[String]) -> String {
     if set.launch {
         name.push_str(" + launch plan");
     }
+    if set.traffic {
+        name.push_str(" + traffic");
+    }
     if set.ngram_buckets > 0 {
         name.push_str(&format!(" + {} n-grams", set.ngram_buckets));
     }
@@ -83,8 +87,9 @@ pub fn compare_on_folds(
 ) -> Result<CvComparison> {
     let mut learned = cross_validate(data, k_folds, config)?;
     learned.scorer = ranker_name(&data.feature_names);
-    let without_launch = if FeatureSet::of(&data.feature_names).launch {
-        let plain = data.select_features(|n| !n.starts_with(LAUNCH_PREFIX));
+    let without_launch = if FeatureSet::of(&data.feature_names).needs_plan() {
+        let plain = data
+            .select_features(|n| !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(TRAFFIC_PREFIX));
         let mut r = cross_validate(&plain, k_folds, config)?;
         r.scorer = ranker_name(&plain.feature_names);
         Some(r)

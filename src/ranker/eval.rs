@@ -9,11 +9,14 @@ use serde::{Deserialize, Serialize};
 use super::config::RankerConfig;
 use super::data::{kind_of_pair, task_folds, RankingData, Sample};
 use super::error::{RankerError, Result};
-use super::train::train_on_tasks;
+use super::train::{softplus, train_on_tasks};
 use super::trained::TrainingSummary;
 
 /// Pairs whose time ratio is at least this (`ln 2`, a 2× difference) form the "clear" bucket.
 pub const CLEAR_PAIR_LOG_RATIO: f32 = std::f32::consts::LN_2;
+
+/// Lower edge of the "close" bucket: pairs 1.1× to 2× apart (`ln 1.1`).
+pub const CLOSE_PAIR_LOG_RATIO: f32 = 0.095_310_18;
 
 /// Pairwise accuracy of one group of pairs. A pair counts as correct when the fast
 /// implementation scores strictly higher, as half when both score the same, as wrong
@@ -53,6 +56,9 @@ pub struct AccuracyBreakdown {
     pub ratio_at_least_2x: PairAccuracy,
     /// Closer pairs (below 2×, above the tie threshold).
     pub ratio_below_2x: PairAccuracy,
+    /// Pairs 1.1× to 2× apart.
+    #[serde(default)]
+    pub ratio_1_1_to_2x: PairAccuracy,
 }
 
 /// Pairwise accuracy of per-sample `scores` (indexed like `data.samples`) on the given pairs
@@ -102,12 +108,16 @@ fn accuracy_of(data: &RankingData, pairs: &[usize], scores: &[f64]) -> AccuracyB
             out.ratio_at_least_2x.add(delta);
         } else {
             out.ratio_below_2x.add(delta);
+            if p.log_ratio >= CLOSE_PAIR_LOG_RATIO {
+                out.ratio_1_1_to_2x.add(delta);
+            }
         }
     }
     out
 }
 
-/// Weighted ranking loss (as in training) and plain accuracy of `scores` on `pairs`.
+/// Weighted ranking loss (as in training, against the soft targets) and plain accuracy of
+/// `scores` on `pairs` (pairs below `min_log_ratio` count in the loss only).
 pub(crate) fn pair_loss_and_accuracy(
     data: &RankingData,
     pairs: &[usize],
@@ -119,20 +129,103 @@ pub(crate) fn pair_loss_and_accuracy(
         let p = data.pairs[i];
         let d = scores[p.fast] - scores[p.slow];
         let w = f64::from(config.pair_weight(p.log_ratio));
-        // −log σ(d) = softplus(−d), in a form that cannot overflow.
-        let nll = if d > 0.0 {
-            (-d).exp().ln_1p()
-        } else {
-            -d + d.exp().ln_1p()
-        };
+        let t = f64::from(config.pair_target(p.log_ratio));
+        // −[t log σ(d) + (1 − t) log σ(−d)], in a form that cannot overflow.
+        let nll = t * softplus(-d) + (1.0 - t) * softplus(d);
         loss += w * nll;
         wsum += w;
-        acc.add(d);
+        if p.log_ratio >= config.min_log_ratio {
+            acc.add(d);
+        }
     }
     (
         (loss / wsum.max(f64::MIN_POSITIVE)) as f32,
         acc.accuracy.unwrap_or(0.0),
     )
+}
+
+/// How well the held-out probabilities `p = σ(Δs / T)` match what happened.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Expected calibration error over the held-out pairs (both orders of each pair, so
+    /// the bins are symmetric), 10 equal-width bins: `Σ_b |b|/n · |accuracy_b − mean p_b|`.
+    pub ece: f64,
+    /// Pairs (each counted in both orders) the ECE is over.
+    pub pairs: usize,
+    /// Per bin: `(mean p, observed frequency, count)`.
+    pub bins: Vec<(f64, f64, usize)>,
+    /// Held-out pairs closer than `min_log_ratio` (ties within noise).
+    pub tie_pairs: usize,
+    /// Their mean `|p − 0.5|` (0: every tie at 0.5).
+    pub tie_mean_abs_dev: Option<f64>,
+    /// Mean ensemble disagreement over the held-out pairs (std of the members'
+    /// probabilities).
+    pub mean_uncertainty: f64,
+    /// Mean disagreement over the pairs the model got wrong, and over those it got right.
+    pub uncertainty_wrong_right: (f64, f64),
+}
+
+/// Calibration of probability `prob(pair)` on `pairs` (indices into `data.pairs`), with
+/// `uncertainty(pair)` the ensemble disagreement.
+pub fn calibration(
+    data: &RankingData,
+    pairs: &[usize],
+    min_log_ratio: f32,
+    prob: impl Fn(usize) -> f64,
+    uncertainty: impl Fn(usize) -> f64,
+) -> Calibration {
+    let mut bins = vec![(0.0f64, 0.0f64, 0usize); 10];
+    let mut out = Calibration::default();
+    let (mut tie_dev, mut unc_sum, mut n_all) = (0.0, 0.0, 0usize);
+    let (mut wrong, mut right) = ((0.0, 0usize), (0.0, 0usize));
+    for &i in pairs {
+        let p = prob(i);
+        let u = uncertainty(i);
+        if !p.is_finite() {
+            continue;
+        }
+        unc_sum += u;
+        n_all += 1;
+        if data.pairs[i].log_ratio < min_log_ratio {
+            out.tie_pairs += 1;
+            tie_dev += (p - 0.5).abs();
+            continue;
+        }
+        if p > 0.5 {
+            right.0 += u;
+            right.1 += 1;
+        } else {
+            wrong.0 += u;
+            wrong.1 += 1;
+        }
+        for (q, y) in [(p, 1.0), (1.0 - p, 0.0)] {
+            let b = ((q * 10.0) as usize).min(9);
+            bins[b].0 += q;
+            bins[b].1 += y;
+            bins[b].2 += 1;
+            out.pairs += 1;
+        }
+    }
+    let n = out.pairs.max(1) as f64;
+    out.ece = bins
+        .iter()
+        .filter(|b| b.2 > 0)
+        .map(|b| (b.2 as f64 / n) * (b.1 / b.2 as f64 - b.0 / b.2 as f64).abs())
+        .sum();
+    out.bins = bins
+        .into_iter()
+        .map(|(q, y, c)| {
+            let k = c.max(1) as f64;
+            (q / k, y / k, c)
+        })
+        .collect();
+    out.tie_mean_abs_dev = (out.tie_pairs > 0).then(|| tie_dev / out.tie_pairs as f64);
+    out.mean_uncertainty = unc_sum / n_all.max(1) as f64;
+    out.uncertainty_wrong_right = (
+        wrong.0 / wrong.1.max(1) as f64,
+        right.0 / right.1.max(1) as f64,
+    );
+    out
 }
 
 /// One fold of a cross-validation.
@@ -170,6 +263,13 @@ pub struct CvReport {
     /// with [`pairwise_accuracy`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_out_scores: Vec<f64>,
+    /// Calibration of the held-out probabilities (`None` for a fixed scoring function).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+    /// Per held-out pair (indices into `data.pairs`, ties included): the calibrated
+    /// probability that the faster one is faster and the ensemble disagreement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_out_pairs: Vec<(usize, f64, f64)>,
 }
 
 /// Assigns the tasks of `data` to `k_folds` folds (seeded; fold sizes differ by at most one).
@@ -218,17 +318,22 @@ pub fn cross_validate_on(
     let folds = cv_folds(data, k_folds, config.seed)?;
     run_folds(data, &folds, config, "ranker", |train_tasks| {
         let (ranker, _) = train_on_tasks(device, data, train_tasks, config, |_| {})?;
-        let scores = ranker.score_batch(
-            &data
-                .samples
+        let members = data
+            .samples
+            .iter()
+            .map(|s| ranker.member_scores(&s.features))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(FoldFit {
+            scores: members
                 .iter()
-                .map(|s| s.features.clone())
-                .collect::<Vec<_>>(),
-        )?;
-        Ok((
-            scores.into_iter().map(f64::from).collect(),
-            Some(ranker.summary().clone()),
-        ))
+                .map(|m| f64::from(m.iter().sum::<f32>() / m.len().max(1) as f32))
+                .collect(),
+            training: Some(ranker.summary().clone()),
+            compare: Some(Box::new(move |a: usize, b: usize| {
+                let c = ranker.compare_scores(&members[a], &members[b], None);
+                (f64::from(c.prob_faster), f64::from(c.uncertainty))
+            })),
+        })
     })
 }
 
@@ -247,7 +352,24 @@ pub fn cross_validate_scorer(
     data.validate()?;
     let folds = cv_folds(data, k_folds, config.seed)?;
     let scores: Vec<f64> = data.samples.iter().map(score).collect();
-    run_folds(data, &folds, config, name, |_| Ok((scores.clone(), None)))
+    run_folds(data, &folds, config, name, |_| {
+        Ok(FoldFit {
+            scores: scores.clone(),
+            training: None,
+            compare: None,
+        })
+    })
+}
+
+/// Probability and disagreement of a fold's model for samples `(a, b)`.
+type CompareFn = Box<dyn Fn(usize, usize) -> (f64, f64)>;
+
+/// What one fold's fit gives: a score per sample, the training summary and (for a trained
+/// ranker) its calibrated comparison.
+struct FoldFit {
+    scores: Vec<f64>,
+    training: Option<TrainingSummary>,
+    compare: Option<CompareFn>,
 }
 
 fn run_folds(
@@ -255,7 +377,7 @@ fn run_folds(
     folds: &[Vec<String>],
     config: &RankerConfig,
     name: &str,
-    mut fit: impl FnMut(&[String]) -> Result<(Vec<f64>, Option<TrainingSummary>)>,
+    mut fit: impl FnMut(&[String]) -> Result<FoldFit>,
 ) -> Result<CvReport> {
     let mut report = CvReport {
         scorer: name.to_owned(),
@@ -266,7 +388,10 @@ fn run_folds(
         accuracy: AccuracyBreakdown::default(),
         folds: Vec::with_capacity(folds.len()),
         held_out_scores: Vec::new(),
+        calibration: None,
+        held_out_pairs: Vec::new(),
     };
+    let mut compared = Vec::new();
     let mut all_test_pairs = Vec::new();
     let mut pooled_scores = vec![f64::NAN; data.samples.len()];
     for (fold, test_tasks) in folds.iter().enumerate() {
@@ -278,7 +403,11 @@ fn run_folds(
             .cloned()
             .collect();
         let test_pairs = data.pairs_of_tasks(&test_set, config.min_log_ratio);
-        let (scores, training) = fit(&train_tasks).map_err(|e| match e {
+        let FoldFit {
+            scores,
+            training,
+            compare,
+        } = fit(&train_tasks).map_err(|e| match e {
             RankerError::NoPairs { reason } => RankerError::NoPairs {
                 reason: format!("fold {fold}: {reason}"),
             },
@@ -288,6 +417,13 @@ fn run_folds(
         for (i, s) in data.samples.iter().enumerate() {
             if test_set.contains(s.task.as_str()) {
                 pooled_scores[i] = scores[i];
+            }
+        }
+        if let Some(compare) = &compare {
+            for i in data.pairs_of_tasks(&test_set, 0.0) {
+                let p = data.pairs[i];
+                let (prob, unc) = compare(p.fast, p.slow);
+                compared.push((i, prob, unc));
             }
         }
         report.folds.push(FoldReport {
@@ -308,5 +444,18 @@ fn run_folds(
     }
     report.accuracy = accuracy_of(data, &all_test_pairs, &pooled_scores);
     report.held_out_scores = pooled_scores;
+    if !compared.is_empty() {
+        let by_pair: BTreeMap<usize, (f64, f64)> =
+            compared.iter().map(|&(i, p, u)| (i, (p, u))).collect();
+        let pairs: Vec<usize> = by_pair.keys().copied().collect();
+        report.calibration = Some(calibration(
+            data,
+            &pairs,
+            config.min_log_ratio,
+            |i| by_pair[&i].0,
+            |i| by_pair[&i].1,
+        ));
+        report.held_out_pairs = compared;
+    }
     Ok(report)
 }

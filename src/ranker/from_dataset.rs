@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::launch::{launch_features, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES, LAUNCH_PREFIX};
+use super::traffic::{traffic_features, TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX};
 use super::trained::check_names;
 use super::{syntax_ngram_names, syntax_ngrams_of, Pair, RankerError, RankingData, Result, Sample};
 use crate::analysis::{analyze, analyze_tree, Features, SourceTree, FEATURE_NAMES};
@@ -13,13 +14,17 @@ use crate::timings::Timings;
 
 /// Which feature groups a feature vector holds, in this order: the structural features
 /// ([`FEATURE_NAMES`], always), the launch-plan features ([`LAUNCH_FEATURE_NAMES`]) if
-/// `launch`, then `ngram_buckets` hashed syntax n-grams. A model's feature names say which
-/// groups it was trained on ([`FeatureSet::of`]): a model without `launch_*` names never
+/// `launch`, the memory-traffic features ([`TRAFFIC_FEATURE_NAMES`]) if `traffic`, then
+/// `ngram_buckets` hashed syntax n-grams. A model's feature names say which groups it was
+/// trained on ([`FeatureSet::of`]): a model without `launch_*` or `traffic_*` names never
 /// needs a launch plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FeatureSet {
     /// Include the launch-plan features.
     pub launch: bool,
+    /// Include the memory-traffic, reuse and serial-work features (they read the launch
+    /// plan too).
+    pub traffic: bool,
     /// Number of hashed syntax n-gram buckets (0: none).
     pub ngram_buckets: usize,
 }
@@ -29,6 +34,7 @@ impl FeatureSet {
     pub fn of(names: &[String]) -> FeatureSet {
         FeatureSet {
             launch: names.iter().any(|n| n.starts_with(LAUNCH_PREFIX)),
+            traffic: names.iter().any(|n| n.starts_with(TRAFFIC_PREFIX)),
             ngram_buckets: ngram_buckets(names),
         }
     }
@@ -36,16 +42,12 @@ impl FeatureSet {
     /// True when `names` are exactly [`names`](Self::names) (compared without building
     /// them: this runs for every scored candidate).
     pub fn matches(&self, names: &[String]) -> bool {
-        let launch: &[&str] = if self.launch {
-            LAUNCH_FEATURE_NAMES
-        } else {
-            &[]
-        };
-        let fixed = FEATURE_NAMES.len() + launch.len();
+        let (launch, traffic) = self.groups();
+        let fixed = FEATURE_NAMES.len() + launch.len() + traffic.len();
         names.len() == fixed + self.ngram_buckets
             && names
                 .iter()
-                .zip(FEATURE_NAMES.iter().chain(launch))
+                .zip(FEATURE_NAMES.iter().chain(launch).chain(traffic))
                 .all(|(a, b)| a == b)
             && names[fixed..].iter().enumerate().all(|(i, n)| {
                 let digits = i.checked_ilog10().unwrap_or(0) as usize + 1;
@@ -54,16 +56,34 @@ impl FeatureSet {
             })
     }
 
+    /// The names of the optional plan groups this set includes (launch, traffic).
+    fn groups(&self) -> (&'static [&'static str], &'static [&'static str]) {
+        (
+            if self.launch {
+                LAUNCH_FEATURE_NAMES
+            } else {
+                &[]
+            },
+            if self.traffic {
+                TRAFFIC_FEATURE_NAMES
+            } else {
+                &[]
+            },
+        )
+    }
+
+    /// True when the set reads the launch plan (launch-plan or traffic features).
+    pub fn needs_plan(&self) -> bool {
+        self.launch || self.traffic
+    }
+
     /// The feature names, in vector order.
     pub fn names(&self) -> Vec<String> {
-        let launch: &[&str] = if self.launch {
-            LAUNCH_FEATURE_NAMES
-        } else {
-            &[]
-        };
+        let (launch, traffic) = self.groups();
         FEATURE_NAMES
             .iter()
             .chain(launch)
+            .chain(traffic)
             .map(|s| s.to_string())
             .chain(syntax_ngram_names(self.ngram_buckets))
             .collect()
@@ -74,8 +94,8 @@ impl FeatureSet {
 /// `ngram_buckets` hashed syntax n-grams (see [`FeatureSet::names`]).
 pub fn feature_names(ngram_buckets: usize) -> Vec<String> {
     FeatureSet {
-        launch: false,
         ngram_buckets,
+        ..FeatureSet::default()
     }
     .names()
 }
@@ -136,17 +156,24 @@ pub fn features_from(
         })?;
     }
     let mut v = features.to_vector();
-    if set.launch {
+    if set.needs_plan() {
         let input = launch.ok_or_else(|| RankerError::LaunchPlan {
             what: "the ranker input".into(),
-            reason: "the model uses launch_* features but no resolved launch plan was given".into(),
+            reason: "the model uses launch_* or traffic_* features but no resolved launch plan \
+                     was given"
+                .into(),
         })?;
         // The warp probe reads the same parse as the n-grams (parsed again only without it).
         let input = LaunchInput {
             tree: input.tree.or(source),
             ..*input
         };
-        v.extend(launch_features(&input, features, "the ranker input")?);
+        if set.launch {
+            v.extend(launch_features(&input, features, "the ranker input")?);
+        }
+        if set.traffic {
+            v.extend(traffic_features(&input, features, "the ranker input")?);
+        }
     }
     if set.ngram_buckets > 0 {
         v.extend(match source {
@@ -179,7 +206,7 @@ pub fn ranking_data(dataset: &Dataset, timings: &Timings, set: &FeatureSet) -> R
                 continue;
             };
             let what = format!("`{}/{}`", task.id, name);
-            let plan = if set.launch {
+            let plan = if set.needs_plan() {
                 Some(TimedPlan::of_source(
                     task,
                     &imp.source,
@@ -231,10 +258,11 @@ mod tests {
 
     #[test]
     fn matches_agrees_with_names() {
-        for launch in [false, true] {
+        for (launch, traffic) in [(false, false), (true, false), (true, true), (false, true)] {
             for ngram_buckets in [0, 3, 1001] {
                 let set = FeatureSet {
                     launch,
+                    traffic,
                     ngram_buckets,
                 };
                 let names = set.names();

@@ -10,14 +10,18 @@ use serde::{Deserialize, Serialize};
 
 use super::config::RankerConfig;
 use super::error::{RankerError, Result};
-use super::model::{layer_dims, MlpWeights};
+use super::model::{layer_dims, EnsembleNet, MlpWeights};
 use super::normalize::Normalizer;
 use super::trained::{check_names, TrainedRanker, TrainingSummary};
 
 /// Value of the `format` field of `ranker.json`.
 pub const MODEL_FORMAT: &str = "cudaperf-ranker";
-/// Version of the model directory layout this crate writes and reads.
-pub const MODEL_FORMAT_VERSION: u32 = 1;
+/// Version of the model directory layout this crate writes. Version 1 (a single scorer, no
+/// training range, no temperature) is still read.
+pub const MODEL_FORMAT_VERSION: u32 = 2;
+
+/// Oldest layout version this crate reads.
+const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Name of the metadata file inside a model directory.
 pub const METADATA_FILE: &str = "ranker.json";
 /// Name of the weights file inside a model directory.
@@ -34,7 +38,23 @@ struct Metadata {
     layer_dims: Vec<usize>,
     config: RankerConfig,
     training: TrainingSummary,
+    /// Ensemble members in the weights file (1: the file holds one scorer, as in version 1).
+    #[serde(default = "one_member")]
+    members: usize,
 }
+
+fn one_member() -> usize {
+    1
+}
+
+/// Values of configuration fields that version 1 files lack: what those models were
+/// trained with (hard targets, one member, no calibration).
+const LEGACY_CONFIG: &[(&str, f64)] = &[
+    ("soft_target_scale", 0.0),
+    ("min_pair_weight", 0.0),
+    ("ensemble", 1.0),
+    ("min_epochs", 0.0),
+];
 
 impl TrainedRanker {
     /// Saves the model into directory `dir` (created if missing; existing model files are
@@ -54,12 +74,20 @@ impl TrainedRanker {
     ///     "normalizer": { "mean": [0.5, "..."], "std": [1.2, "..."] },
     ///     "layer_dims": [42, 64, 32, 1],
     ///     "config": { "hidden": [64, 32], "learning_rate": 0.003, "seed": 42, "...": "..." },
-    ///     "training": { "epochs_run": 57, "best_epoch": 27, "train_tasks": ["..."], "...": "..." }
+    ///     "training": { "epochs_run": 57, "best_epoch": 27, "train_tasks": ["..."],
+    ///                   "members": [{ "seed": 1042, "best_epoch": 31, "...": "..." }],
+    ///                   "temperature": 1.3, "...": "..." },
+    ///     "members": 5
     ///   }
     ///   ```
     /// * `weights.bpk` — the scorer's parameters written by burn's recorder (burnpack), one
     ///   tensor per path `layers.{i}.weight` (`[inputs, outputs]`, f32) and `layers.{i}.bias`
-    ///   (`[outputs]`).
+    ///   (`[outputs]`); for an ensemble (`members` > 1) `members.{m}.layers.{i}.weight` and
+    ///   `members.{m}.layers.{i}.bias`.
+    ///
+    /// Version 1 files (one scorer, no `normalizer.min`/`max`, no temperature, a config
+    /// without the soft-target and ensemble fields) load as a one-member ensemble with
+    /// `T = 1`, scoring exactly as before.
     ///
     /// Loading checks the format and version, that the feature names, normalisation and layer
     /// shapes agree, that every weight is finite and, with [`TrainedRanker::load`], that the
@@ -72,13 +100,19 @@ impl TrainedRanker {
             source,
         })?;
         let weights_path = dir.join(WEIGHTS_FILE);
-        self.weights
-            .to_module(&Device::default())
+        let device = Device::default();
+        let saved = if self.members.is_empty() {
+            self.weights.to_module(&device).save_file(&weights_path)
+        } else {
+            EnsembleNet {
+                members: self.members().map(|m| m.to_module(&device)).collect(),
+            }
             .save_file(&weights_path)
-            .map_err(|e| RankerError::Record {
-                path: weights_path.clone(),
-                message: e.to_string(),
-            })?;
+        };
+        saved.map_err(|e| RankerError::Record {
+            path: weights_path.clone(),
+            message: e.to_string(),
+        })?;
         let meta = Metadata {
             format: MODEL_FORMAT.into(),
             format_version: MODEL_FORMAT_VERSION,
@@ -89,6 +123,7 @@ impl TrainedRanker {
             layer_dims: self.weights.dims(),
             config: self.config.clone(),
             training: self.summary.clone(),
+            members: self.ensemble_size(),
         };
         let meta_path = dir.join(METADATA_FILE);
         let json = serde_json::to_string_pretty(&meta).map_err(|source| RankerError::Json {
@@ -171,10 +206,27 @@ const SHIPPED_WEIGHTS: &[u8] = include_bytes!("../../fixtures/models/ranker/weig
 pub const SHIPPED_ORIGIN: &str = "<shipped ranker>";
 
 fn parse_metadata(text: &str, meta_path: &Path) -> Result<Metadata> {
-    let meta: Metadata = serde_json::from_str(text).map_err(|source| RankerError::Json {
+    let json_error = |source| RankerError::Json {
         path: meta_path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut value: serde_json::Value = serde_json::from_str(text).map_err(json_error)?;
+    if let Some(config) = value.get_mut("config").and_then(|c| c.as_object_mut()) {
+        for (key, legacy) in LEGACY_CONFIG {
+            if !config.contains_key(*key) {
+                config.insert((*key).into(), serde_json::json!(legacy));
+            }
+        }
+        config
+            .entry("calibrate")
+            .or_insert(serde_json::json!(false));
+        for key in ["ensemble", "min_epochs"] {
+            if let Some(e) = config.get_mut(key).filter(|e| e.is_f64()) {
+                *e = serde_json::json!(e.as_f64().unwrap_or(0.0) as u64);
+            }
+        }
+    }
+    let meta: Metadata = serde_json::from_value(value).map_err(json_error)?;
     let invalid = |reason: String| RankerError::InvalidModel {
         path: meta_path.to_path_buf(),
         reason,
@@ -185,10 +237,23 @@ fn parse_metadata(text: &str, meta_path: &Path) -> Result<Metadata> {
             meta.format
         )));
     }
-    if meta.format_version != MODEL_FORMAT_VERSION {
+    if !(OLDEST_FORMAT_VERSION..=MODEL_FORMAT_VERSION).contains(&meta.format_version) {
         return Err(invalid(format!(
-            "`format_version` is {}, this version of cudaperf reads {MODEL_FORMAT_VERSION}",
+            "`format_version` is {}, this version of cudaperf reads \
+             {OLDEST_FORMAT_VERSION} to {MODEL_FORMAT_VERSION}",
             meta.format_version
+        )));
+    }
+    if meta.members == 0 || meta.members > 64 {
+        return Err(invalid(format!(
+            "`members` is {}, must be 1 to 64",
+            meta.members
+        )));
+    }
+    if !(meta.training.temperature.is_finite() && meta.training.temperature > 0.0) {
+        return Err(invalid(format!(
+            "`training.temperature` is {}, must be finite and > 0",
+            meta.training.temperature
         )));
     }
     let dim = meta.feature_names.len();
@@ -225,18 +290,30 @@ fn parse_metadata(text: &str, meta_path: &Path) -> Result<Metadata> {
 
 fn from_parts(meta: Metadata, weights: &[u8], weights_path: &Path) -> Result<TrainedRanker> {
     let dims = layer_dims(meta.feature_names.len(), &meta.config.hidden);
-    let weights = read_weights(weights, weights_path, &dims)?;
+    let mut members = read_weights(weights, weights_path, &dims, meta.members)?.into_iter();
+    let first = members.next().ok_or_else(|| RankerError::InvalidModel {
+        path: weights_path.to_path_buf(),
+        reason: "the weights file holds no scorer".into(),
+    })?;
     Ok(TrainedRanker {
         feature_names: meta.feature_names,
         normalizer: meta.normalizer,
-        weights,
+        weights: first,
         config: meta.config,
+        temperature: meta.training.temperature,
         summary: meta.training,
+        members: members.collect(),
     })
 }
 
-/// Reads burnpack weights into a module of the expected shape and checks them.
-fn read_weights(bytes: &[u8], path: &Path, dims: &[usize]) -> Result<MlpWeights> {
+/// Reads burnpack weights (one scorer, or an ensemble of `members`) into modules of the
+/// expected shape and checks them.
+fn read_weights(
+    bytes: &[u8],
+    path: &Path,
+    dims: &[usize],
+    members: usize,
+) -> Result<Vec<MlpWeights>> {
     let path: PathBuf = path.to_path_buf();
     let device = Device::default();
     let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(bytes.to_vec())).map_err(|e| {
@@ -245,27 +322,48 @@ fn read_weights(bytes: &[u8], path: &Path, dims: &[usize]) -> Result<MlpWeights>
             message: e.to_string(),
         }
     })?;
-    // Zero skeleton of the right shape: the record replaces every tensor, and burn's
+    let record_error = |e: String| RankerError::Record {
+        path: path.clone(),
+        message: e,
+    };
+    // Zero skeletons of the right shape: the record replaces every tensor, and burn's
     // validation rejects missing, unused or mis-shaped tensors.
-    let skeleton = MlpWeights::zeros(dims).to_module(&device);
-    let net = skeleton
-        .try_load_record(record)
-        .map_err(|e| RankerError::Record {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-    let weights = MlpWeights::from_module(&net)?;
-    if weights.dims() != dims {
-        return Err(RankerError::InvalidModel {
-            path,
-            reason: format!(
-                "weights have layer widths {:?}, metadata says {dims:?}",
-                weights.dims()
-            ),
-        });
-    }
-    weights
-        .check()
-        .map_err(|reason| RankerError::InvalidModel { path, reason })?;
-    Ok(weights)
+    let nets = if members == 1 {
+        let skeleton = MlpWeights::zeros(dims).to_module(&device);
+        vec![skeleton
+            .try_load_record(record)
+            .map_err(|e| record_error(e.to_string()))?]
+    } else {
+        let skeleton = EnsembleNet {
+            members: (0..members)
+                .map(|_| MlpWeights::zeros(dims).to_module(&device))
+                .collect(),
+        };
+        skeleton
+            .try_load_record(record)
+            .map_err(|e| record_error(e.to_string()))?
+            .members
+    };
+    nets.iter()
+        .enumerate()
+        .map(|(m, net)| {
+            let weights = MlpWeights::from_module(net)?;
+            if weights.dims() != dims {
+                return Err(RankerError::InvalidModel {
+                    path: path.clone(),
+                    reason: format!(
+                        "member {m}: weights have layer widths {:?}, metadata says {dims:?}",
+                        weights.dims()
+                    ),
+                });
+            }
+            weights
+                .check()
+                .map_err(|reason| RankerError::InvalidModel {
+                    path: path.clone(),
+                    reason: format!("member {m}: {reason}"),
+                })?;
+            Ok(weights)
+        })
+        .collect()
 }

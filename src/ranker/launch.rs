@@ -53,7 +53,9 @@
 
 use super::error::{RankerError, Result};
 use crate::analysis::{Features, KernelFeatures, ProbeArg, SourceTree, WarpProbe};
-use crate::candidate::{kernel_params, Candidate, PlanLimits, ResolvedArg, ResolvedPlan};
+use crate::candidate::{
+    kernel_params, Candidate, PlanLimits, ResolvedArg, ResolvedLaunch, ResolvedPlan,
+};
 use crate::pipeline::timing_config;
 use crate::task::{InputConfig, Param, Task};
 
@@ -156,15 +158,50 @@ impl TimedPlan {
     }
 }
 
-fn launch_error(what: &str, reason: impl std::fmt::Display) -> RankerError {
+pub(crate) fn launch_error(what: &str, reason: impl std::fmt::Display) -> RankerError {
     RankerError::LaunchPlan {
         what: what.to_owned(),
         reason: reason.to_string(),
     }
 }
 
+/// Element count of every ABI parameter of `task` on `config` (0 for scalars).
+pub(crate) fn param_lens(task: &Task, config: &InputConfig, what: &str) -> Result<Vec<u64>> {
+    let mut lens = vec![0u64; task.params.len()];
+    for (i, p) in task.params.iter().enumerate() {
+        if let Param::Buffer { name, len, .. } = p {
+            let n = len.eval_int(&config.sizes).map_err(|e| {
+                launch_error(
+                    what,
+                    format!("buffer `{name}` on config `{}`: {e}", config.name),
+                )
+            })?;
+            lens[i] = u64::try_from(n).unwrap_or(0);
+        }
+    }
+    Ok(lens)
+}
+
+/// A launch's arguments as the warp probe sees them (buffers, integer scalars, others).
+pub(crate) fn probe_args(task: &Task, config: &InputConfig, l: &ResolvedLaunch) -> Vec<ProbeArg> {
+    l.args
+        .iter()
+        .map(|a| match *a {
+            ResolvedArg::Param { index } => match task.params.get(index) {
+                Some(Param::Buffer { .. }) => ProbeArg::Buffer,
+                Some(Param::Scalar { dtype, value, .. }) if !dtype.is_float() => value
+                    .eval_int(&config.sizes)
+                    .map_or(ProbeArg::Other, ProbeArg::Int),
+                _ => ProbeArg::Other,
+            },
+            ResolvedArg::Scratch { .. } => ProbeArg::Buffer,
+            ResolvedArg::Int { value } => ProbeArg::Int(i64::from(value)),
+        })
+        .collect()
+}
+
 /// `ln(x)` of a positive ratio, clamped so that it stays finite (NaN gives 0).
-fn ln_ratio(x: f64) -> f32 {
+pub(crate) fn ln_ratio(x: f64) -> f32 {
     if x.is_nan() {
         return 0.0;
     }
@@ -172,7 +209,7 @@ fn ln_ratio(x: f64) -> f32 {
 }
 
 /// `ln(1 + x)` of a non-negative quantity, clamped so that it stays finite (NaN gives 0).
-fn ln1p(x: f64) -> f32 {
+pub(crate) fn ln1p(x: f64) -> f32 {
     if x.is_nan() {
         return 0.0;
     }
@@ -197,19 +234,7 @@ pub fn launch_features_named(
     if plan.launches.is_empty() {
         return Err(launch_error(what, "the plan has no launch"));
     }
-    // Element count of every ABI parameter (0 for scalars) on this configuration.
-    let mut param_lens = vec![0u64; task.params.len()];
-    for (i, p) in task.params.iter().enumerate() {
-        if let Param::Buffer { name, len, .. } = p {
-            let n = len.eval_int(&config.sizes).map_err(|e| {
-                launch_error(
-                    what,
-                    format!("buffer `{name}` on config `{}`: {e}", config.name),
-                )
-            })?;
-            param_lens[i] = u64::try_from(n).unwrap_or(0);
-        }
-    }
+    let param_lens = param_lens(task, config, what)?;
     let n = param_lens.iter().copied().max().unwrap_or(0).max(1) as f64;
     let sms = f64::from(REFERENCE_SMS);
 
@@ -232,21 +257,7 @@ pub fn launch_features_named(
     let (mut excess_sum, mut excess_n, mut excess_max) = (0.0f64, 0usize, 0.0f64);
     for (li, l) in plan.launches.iter().enumerate() {
         if let Some(probe) = &probe {
-            let args: Vec<ProbeArg> = l
-                .args
-                .iter()
-                .map(|a| match *a {
-                    ResolvedArg::Param { index } => match task.params.get(index) {
-                        Some(Param::Buffer { .. }) => ProbeArg::Buffer,
-                        Some(Param::Scalar { dtype, value, .. }) if !dtype.is_float() => value
-                            .eval_int(&config.sizes)
-                            .map_or(ProbeArg::Other, ProbeArg::Int),
-                        _ => ProbeArg::Other,
-                    },
-                    ResolvedArg::Scratch { .. } => ProbeArg::Buffer,
-                    ResolvedArg::Int { value } => ProbeArg::Int(i64::from(value)),
-                })
-                .collect();
+            let args = probe_args(task, config, l);
             for a in probe.run(&l.kernel, l.grid, l.block, &args) {
                 let e = (f64::from(a.sectors) / f64::from(a.ideal.max(1)))
                     .max(1.0)
@@ -347,7 +358,11 @@ pub fn launch_features_named(
 /// Which of a kernel's `args` parameters (by position) it loads from or stores to, from the
 /// analysis' global-access findings; `None` when the parameter list cannot be read, does not
 /// match the launch, or the findings were capped (not every access is listed).
-fn accessed_params(source: &str, kernel: &KernelFeatures, args: usize) -> Option<Vec<bool>> {
+pub(crate) fn accessed_params(
+    source: &str,
+    kernel: &KernelFeatures,
+    args: usize,
+) -> Option<Vec<bool>> {
     let g = &kernel.global_accesses;
     let listed = g.coalesced + g.strided + g.uniform + g.indirect + g.unknown;
     if g.findings.len() < listed as usize {

@@ -50,6 +50,7 @@ mod normalize;
 mod plot;
 mod rng;
 pub mod synthetic;
+mod traffic;
 mod train;
 mod trained;
 
@@ -58,8 +59,9 @@ pub use config::RankerConfig;
 pub use data::{Pair, RankingData, Sample};
 pub use error::{RankerError, Result};
 pub use eval::{
-    cross_validate, cross_validate_on, cross_validate_scorer, cv_folds, pairwise_accuracy,
-    AccuracyBreakdown, CvReport, FoldReport, PairAccuracy, CLEAR_PAIR_LOG_RATIO,
+    calibration, cross_validate, cross_validate_on, cross_validate_scorer, cv_folds,
+    pairwise_accuracy, AccuracyBreakdown, Calibration, CvReport, FoldReport, PairAccuracy,
+    CLEAR_PAIR_LOG_RATIO, CLOSE_PAIR_LOG_RATIO,
 };
 pub use from_dataset::{
     feature_names, features_for, features_from, ngram_buckets, ranking_data, FeatureSet,
@@ -69,10 +71,16 @@ pub use launch::{
     launch_features, launch_features_named, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES,
     LAUNCH_PREFIX, REFERENCE_SMS,
 };
-pub use model::{DenseLayer, MlpWeights, ScorerNet};
+pub use model::{DenseLayer, EnsembleNet, MlpWeights, ScorerNet};
 pub use ngrams::{syntax_ngram_names, syntax_ngrams, syntax_ngrams_of};
 pub use normalize::Normalizer;
 #[cfg(feature = "cli")]
 pub use plot::plot_history;
+pub use traffic::{
+    traffic_features, traffic_features_named, Device as ReferenceDevice, H200,
+    TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX,
+};
 pub use train::{train, train_on, EpochStats, TrainingHistory};
-pub use trained::{ranker_reward_value, sigmoid, TrainedRanker, TrainingSummary};
+pub use trained::{
+    ranker_reward_value, sigmoid, Comparison, MemberSummary, TrainedRanker, TrainingSummary,
+};

@@ -52,6 +52,14 @@ impl ScorerNet {
     }
 }
 
+/// The burn module of an ensemble of scorers, as saved: member `m`'s layer `i` is at
+/// `members.{m}.layers.{i}.weight` / `.bias`.
+#[derive(Module, Debug)]
+pub struct EnsembleNet {
+    /// The members, in order.
+    pub members: Vec<ScorerNet>,
+}
+
 /// One dense layer as plain data, weight row-major `[inputs][outputs]` (burn's row layout).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DenseLayer {

@@ -27,6 +27,49 @@ pub struct TrainingSummary {
     pub train_pairs: usize,
     /// Number of validation pairs (ties dropped).
     pub val_pairs: usize,
+    /// The other ensemble members' runs (the fields above describe the first member);
+    /// empty for a single model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberSummary>,
+    /// Temperature `T` fitted on the members' validation pairs (1 when not calibrated).
+    #[serde(default = "one")]
+    pub temperature: f32,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+/// What one ensemble member's training run saw.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct MemberSummary {
+    /// The member's seed.
+    pub seed: u64,
+    /// Epochs that ran.
+    pub epochs_run: usize,
+    /// Epoch (1-based) whose weights were kept.
+    pub best_epoch: usize,
+    /// Validation loss of the kept weights.
+    pub best_val_loss: Option<f32>,
+    /// Validation pairwise accuracy of the kept weights.
+    pub best_val_accuracy: Option<f64>,
+    /// Tasks held out for the member's early stopping.
+    pub val_tasks: Vec<String>,
+}
+
+/// The ranker's verdict on two implementations of the same task.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// Calibrated probability that the first is faster: `σ(mean_m Δs_m / T)`.
+    pub prob_faster: f32,
+    /// Disagreement of the ensemble: the standard deviation over members of their own
+    /// calibrated probability `σ(Δs_m / T)` (0 for a single model; up to 0.5). Large on
+    /// code unlike the training data, where the members extrapolate differently.
+    pub uncertainty: f32,
+    /// How far the first implementation's features lie outside the training range, in
+    /// standard deviations of the largest such dimension (0 inside; see
+    /// [`Normalizer::out_of_range`]).
+    pub out_of_range: f32,
 }
 
 /// A trained pairwise ranker. Scores are comparable between implementations of the same
@@ -42,6 +85,10 @@ pub struct TrainedRanker {
     pub(crate) weights: MlpWeights,
     pub(crate) config: RankerConfig,
     pub(crate) summary: TrainingSummary,
+    /// Ensemble members after the first (`weights`); empty for a single model.
+    pub(crate) members: Vec<MlpWeights>,
+    /// Calibration temperature: probabilities are `σ(Δs / T)`.
+    pub(crate) temperature: f32,
 }
 
 /// Logistic function, written to stay finite for any input.
@@ -113,10 +160,61 @@ impl TrainedRanker {
         Ok(())
     }
 
-    /// Score of one raw (un-normalised) feature vector; higher means predicted faster.
+    /// All members' weights, the first one first.
+    pub fn members(&self) -> impl Iterator<Item = &MlpWeights> {
+        std::iter::once(&self.weights).chain(&self.members)
+    }
+
+    /// Number of ensemble members (1 for a single model).
+    pub fn ensemble_size(&self) -> usize {
+        1 + self.members.len()
+    }
+
+    /// The calibration temperature `T` (1 for an uncalibrated model).
+    pub fn temperature(&self) -> f32 {
+        self.temperature
+    }
+
+    /// Score of one raw (un-normalised) feature vector, the mean over the ensemble's
+    /// members; higher means predicted faster.
     pub fn score(&self, features: &[f32]) -> Result<f32> {
+        let per_member = self.member_scores(features)?;
+        Ok(per_member.iter().sum::<f32>() / per_member.len() as f32)
+    }
+
+    /// Each member's score of one raw feature vector.
+    pub fn member_scores(&self, features: &[f32]) -> Result<Vec<f32>> {
         self.check_input(0, features)?;
-        Ok(self.weights.forward(&self.normalizer.apply(features)))
+        let x = self.normalizer.apply(features);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        Ok(self
+            .members()
+            .map(|m| m.forward_with(&x, &mut a, &mut b))
+            .collect())
+    }
+
+    /// The calibrated verdict on `a` against `b` from their member scores
+    /// ([`member_scores`](Self::member_scores)); `a_features` (optional) gives the
+    /// out-of-range distance.
+    pub fn compare_scores(&self, a: &[f32], b: &[f32], a_features: Option<&[f32]>) -> Comparison {
+        let t = self.temperature.max(1e-3);
+        let n = a.len().min(b.len()).max(1) as f32;
+        let d: Vec<f32> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+        let mean = d.iter().sum::<f32>() / n;
+        let p: Vec<f32> = d.iter().map(|x| sigmoid(x / t)).collect();
+        let pm = p.iter().sum::<f32>() / n;
+        let var = p.iter().map(|x| (x - pm) * (x - pm)).sum::<f32>() / n;
+        Comparison {
+            prob_faster: sigmoid(mean / t),
+            uncertainty: var.sqrt(),
+            out_of_range: a_features.map_or(0.0, |f| self.normalizer.out_of_range(f)),
+        }
+    }
+
+    /// The calibrated verdict on raw feature vectors `a` against `b`.
+    pub fn compare(&self, a: &[f32], b: &[f32]) -> Result<Comparison> {
+        let (sa, sb) = (self.member_scores(a)?, self.member_scores(b)?);
+        Ok(self.compare_scores(&sa, &sb, Some(a)))
     }
 
     /// Scores of several raw feature vectors (plain-Rust forward pass).
@@ -129,7 +227,11 @@ impl TrainedRanker {
             .map(|(i, x)| {
                 self.check_input(i, x)?;
                 self.normalizer.apply_into(x, &mut buf);
-                Ok(self.weights.forward_with(&buf, &mut a, &mut b))
+                let sum: f32 = self
+                    .members()
+                    .map(|m| m.forward_with(&buf, &mut a, &mut b))
+                    .sum();
+                Ok(sum / self.ensemble_size() as f32)
             })
             .collect()
     }
@@ -146,14 +248,23 @@ impl TrainedRanker {
             self.check_input(i, x)?;
             rows.extend(self.normalizer.apply(x));
         }
-        let net = self.weights.to_module(device);
         let x = Tensor::<2>::from_data(TensorData::new(rows, [batch.len(), dim]), device);
-        read_vec(net.forward(x))
+        let mut total = vec![0.0f32; batch.len()];
+        for m in self.members() {
+            let s = read_vec(m.to_module(device).forward(x.clone()))?;
+            for (t, v) in total.iter_mut().zip(s) {
+                *t += v;
+            }
+        }
+        let k = self.ensemble_size() as f32;
+        Ok(total.into_iter().map(|t| t / k).collect())
     }
 
-    /// Probability that `a` is faster than `b`: `σ(s(a) − s(b))`.
+    /// Calibrated probability that `a` is faster than `b`: `σ((s(a) − s(b)) / T)`.
     pub fn prob_faster(&self, a: &[f32], b: &[f32]) -> Result<f32> {
-        Ok(sigmoid(self.score(a)? - self.score(b)?))
+        Ok(sigmoid(
+            (self.score(a)? - self.score(b)?) / self.temperature.max(1e-3),
+        ))
     }
 }
 

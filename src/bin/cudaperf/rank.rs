@@ -82,8 +82,12 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
         Some(dir) => TrainedRanker::load_unchecked(dir),
         None => TrainedRanker::shipped(),
     }?;
-    let (sa, sb) = (score(&ranker, &task, &a.a)?, score(&ranker, &task, &a.b)?);
-    let p_a = f64::from(cudaperf::ranker::sigmoid(sa - sb));
+    let (ma, mb) = (score(&ranker, &task, &a.a)?, score(&ranker, &task, &a.b)?);
+    // Calibrated (the model's temperature), with the ensemble's disagreement.
+    let verdict = ranker.compare_scores(&ma, &mb, None);
+    let mean = |m: &[f32]| m.iter().sum::<f32>() / m.len().max(1) as f32;
+    let (sa, sb) = (mean(&ma), mean(&mb));
+    let p_a = f64::from(verdict.prob_faster);
     let (winner, p) = if p_a >= 0.5 {
         (&a.a, p_a)
     } else {
@@ -94,6 +98,7 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
             "task": task.id, "a": input::display_name(&a.a), "b": input::display_name(&a.b),
             "score_a": sa, "score_b": sb, "prob_a_faster": p_a,
             "predicted_faster": input::display_name(winner), "probability": p,
+            "uncertainty": verdict.uncertainty,
             "model": model.as_ref().map_or_else(
                 || cudaperf::ranker::SHIPPED_ORIGIN.to_string(),
                 |m| m.display().to_string(),
@@ -102,9 +107,10 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
         println!("{}", pretty("the ranking", &v)?);
     } else {
         println!(
-            "{} is predicted faster (p = {:.3}; scores {:.3} vs {:.3})",
+            "{} is predicted faster (p = {:.3}, ensemble disagreement {:.3}; scores {:.3} vs {:.3})",
             input::display_name(winner),
             p,
+            verdict.uncertainty,
             sa,
             sb
         );
@@ -112,8 +118,8 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The ranker's score of one candidate file.
-fn score(ranker: &TrainedRanker, task: &Task, path: &Path) -> Result<f32, Error> {
+/// The ranker members' scores of one candidate file.
+fn score(ranker: &TrainedRanker, task: &Task, path: &Path) -> Result<Vec<f32>, Error> {
     let name = input::display_name(path);
     let sub = input::read_submission(path)?;
     let code = match (sub.code(), sub.candidate()) {
@@ -132,7 +138,7 @@ fn score(ranker: &TrainedRanker, task: &Task, path: &Path) -> Result<f32, Error>
         }
     };
     // A model with launch-plan features needs the plan on the task's timed config.
-    let plan = if FeatureSet::of(ranker.feature_names()).launch {
+    let plan = if FeatureSet::of(ranker.feature_names()).needs_plan() {
         Some(TimedPlan::of_source(
             task,
             code,
@@ -150,5 +156,5 @@ fn score(ranker: &TrainedRanker, task: &Task, path: &Path) -> Result<f32, Error>
                 source: Box::new(source),
             }
         })?;
-    Ok(ranker.score(&features)?)
+    Ok(ranker.member_scores(&features)?)
 }

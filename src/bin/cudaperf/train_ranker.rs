@@ -187,13 +187,16 @@ fn ranking_data(
         t,
         &FeatureSet {
             launch: true,
+            traffic: true,
             ngram_buckets: ngrams,
         },
     );
     Ok(match (with_launch, launch_features) {
         (Ok(full), true) => (full.clone(), Some(full)),
         (Ok(full), false) => (
-            full.select_features(|n| !n.starts_with(LAUNCH_PREFIX)),
+            full.select_features(|n| {
+                !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(ranker::TRAFFIC_PREFIX)
+            }),
             Some(full),
         ),
         (Err(e), true) => return Err(e.into()),
@@ -201,6 +204,7 @@ fn ranking_data(
             eprintln!("launch-plan features unavailable, compared without them: {e}");
             let plain = FeatureSet {
                 launch: false,
+                traffic: false,
                 ngram_buckets: ngrams,
             };
             (ranker::ranking_data(ds, t, &plain)?, None)

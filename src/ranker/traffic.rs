@@ -1,0 +1,324 @@
+//! Memory-traffic, reuse and serial-work features: what a launch plan costs in bytes,
+//! barriers and serial steps, from the resolved plan and the warp probe's loop trip counts
+//! ([`WarpProbe::run_detailed`]), plus an analytical time estimate the model corrects.
+//!
+//! The source and launch features see *how* a kernel indexes memory; they cannot see how
+//! much it moves. Two kernels with the same coalesced loop differ by 256× when one block
+//! sweeps the whole input per histogram bin; a tree reduction's eight barriers per 256
+//! elements and a one-block Blelloch pass of hundreds of barriers look like one
+//! `__syncthreads` in a loop. Here the probe runs each launch's index arithmetic with the
+//! real sizes, counts each access's loop trips on lane 0 of the middle block, and compares
+//! the addresses with the next block's (the same address: every block re-reads it).
+//!
+//! Per launch `l` (grid `B` blocks of `T` threads, `threads = B·T`), with the H200 as the
+//! reference device ([`H200`]):
+//!
+//! * requested bytes `R_l = Σ_a threads · trips_a · bytes_a · sectors_a / ideal_a` over the
+//!   probed global accesses (a scattered warp pays whole sectors);
+//! * unique bytes `U_l = Σ` over the buffers those accesses touch of `len · bytes`;
+//! * redundant bytes `max(0, R_l − U_l)`: re-reads, from L2 while `U_l` fits in L2, from DRAM
+//!   for the part that does not (`miss = max(0, 1 − L2 / U_l)`);
+//! * DRAM bytes `D_l = min(R_l, U_l) + redundant · miss` (`U_l` when the probe saw no access);
+//! * reuse working set per SM: resident threads × the bytes each thread sweeps in loops over
+//!   a buffer it sweeps more than once (a row kept for a second pass), against L1 and, over
+//!   the active SMs, against L2;
+//! * shared-memory wavefronts: `threads / 32 · Σ trips · bank degree` over shared accesses;
+//! * barriers: `B · barriers per thread` (the probe's `__syncthreads` count with trips);
+//! * serial work: barriers of launches that cannot fill the SMs, and blocks of launches that
+//!   spin on global memory (an inter-block chain or decoupled look-back).
+//!
+//! Time estimate (µs): `Σ_l max(D_l / bw_l, F_l / peak) + L2 re-reads / L2 bw + shared
+//! wavefronts / (active SMs · clock) + waves · barriers · 0.1 µs + chain blocks · 0.5 µs +
+//! 2.5 µs per launch`, with `bw_l = min(DRAM bandwidth, active SMs · per-SM bandwidth)` so a
+//! one-block pass streams at one SM's rate. The constants are round public figures, not fitted:
+//! the estimate is an input the model corrects, not a prediction.
+//!
+//! | name | value |
+//! |---|---|
+//! | `traffic_dram_bytes_per_element` | `ln(1 + Σ D_l / N)` |
+//! | `traffic_redundant_reads` | `ln(1 + Σ redundant / Σ U_l)` |
+//! | `traffic_block_invariant_reads` | `ln(1 + Σ R_l of block-invariant accesses / Σ U_l)`: data every block re-reads |
+//! | `traffic_reuse_set_l1` | `ln(1 + max_l reuse set per SM / L1)` |
+//! | `traffic_reuse_set_l2` | `ln(1 + max_l reuse set over active SMs / L2)` |
+//! | `traffic_shared_wavefronts_per_element` | `ln(1 + Σ wavefronts / N)` |
+//! | `traffic_bank_conflict_excess` | `ln(1 + Σ conflict wavefronts beyond 1 / N)` |
+//! | `traffic_barriers_per_element` | `ln(1 + 256 · Σ B_l · barriers_l / N)` (barriers per 256 elements) |
+//! | `traffic_serial_barriers` | `ln(1 + Σ_{B_l < SMs} barriers_l)`: barrier chain of one-block / small passes |
+//! | `traffic_chain_blocks` | `ln(1 + Σ_{l spins} B_l)`: blocks in an inter-block chain |
+//! | `traffic_unknown_trips` | `ln(1 + loops whose trip count is unknown)`: how much the probe missed |
+//! | `traffic_estimated_time_us` | `ln(estimate in µs)` |
+//!
+//! Every value is finite.
+//!
+//! [`WarpProbe::run_detailed`]: crate::analysis::WarpProbe::run_detailed
+
+use super::error::Result;
+use super::launch::{ln1p, param_lens, probe_args, LaunchInput};
+use crate::analysis::{Features, KernelProbe, MemorySpace, SourceTree, WarpProbe};
+use crate::candidate::ResolvedArg;
+
+/// Prefix of every traffic feature name.
+pub const TRAFFIC_PREFIX: &str = "traffic_";
+
+/// Names of the traffic features, in the order [`traffic_features`] returns them.
+pub const TRAFFIC_FEATURE_NAMES: &[&str] = &[
+    "traffic_dram_bytes_per_element",
+    "traffic_redundant_reads",
+    "traffic_block_invariant_reads",
+    "traffic_reuse_set_l1",
+    "traffic_reuse_set_l2",
+    "traffic_shared_wavefronts_per_element",
+    "traffic_bank_conflict_excess",
+    "traffic_barriers_per_element",
+    "traffic_serial_barriers",
+    "traffic_chain_blocks",
+    "traffic_unknown_trips",
+    "traffic_estimated_time_us",
+];
+
+/// The reference device of the estimate: round public figures of an NVIDIA H200.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Device {
+    /// Streaming multiprocessors.
+    pub sms: f64,
+    /// Sustained DRAM bandwidth, bytes/s.
+    pub dram_bw: f64,
+    /// DRAM bandwidth one SM can pull alone, bytes/s.
+    pub sm_bw: f64,
+    /// L2 bandwidth, bytes/s.
+    pub l2_bw: f64,
+    /// L2 capacity, bytes.
+    pub l2_bytes: f64,
+    /// L1 / shared capacity per SM, bytes.
+    pub l1_bytes: f64,
+    /// Shared memory per SM available to blocks, bytes.
+    pub smem_bytes: f64,
+    /// Resident threads per SM.
+    pub threads_per_sm: f64,
+    /// Resident blocks per SM.
+    pub blocks_per_sm: f64,
+    /// FP32 peak, flop/s.
+    pub flops: f64,
+    /// SM clock, Hz (one shared-memory wavefront per cycle).
+    pub clock: f64,
+    /// Seconds per launch.
+    pub launch_s: f64,
+    /// Seconds per barrier on a block's critical path.
+    pub barrier_s: f64,
+    /// Seconds per block of an inter-block chain.
+    pub chain_s: f64,
+}
+
+/// NVIDIA H200 (SXM): 132 SMs, 4.8 TB/s HBM3e (4.0 sustained), 50 MB L2, 256 KB L1 per SM.
+pub const H200: Device = Device {
+    sms: 132.0,
+    dram_bw: 4.0e12,
+    sm_bw: 60e9,
+    l2_bw: 10e12,
+    l2_bytes: 50e6,
+    l1_bytes: 256.0 * 1024.0,
+    smem_bytes: 228.0 * 1024.0,
+    threads_per_sm: 2048.0,
+    blocks_per_sm: 32.0,
+    flops: 60e12,
+    clock: 1.7e9,
+    launch_s: 2.5e-6,
+    barrier_s: 0.1e-6,
+    chain_s: 0.5e-6,
+};
+
+/// Totals over a plan's launches.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Totals {
+    dram: f64,
+    unique: f64,
+    redundant: f64,
+    invariant: f64,
+    reuse_l1: f64,
+    reuse_l2: f64,
+    wavefronts: f64,
+    conflict_excess: f64,
+    barriers: f64,
+    serial_barriers: f64,
+    chain_blocks: f64,
+    unknown_trips: f64,
+    seconds: f64,
+}
+
+/// The traffic features of `input` with the structure analysis' `features` of the same
+/// source, as `(name, value)` pairs in [`TRAFFIC_FEATURE_NAMES`] order. `what` names the
+/// source in errors.
+pub fn traffic_features_named(
+    input: &LaunchInput<'_>,
+    features: &Features,
+    what: &str,
+) -> Result<Vec<(&'static str, f32)>> {
+    let LaunchInput {
+        task,
+        config,
+        plan,
+        source,
+        tree,
+    } = *input;
+    let lens = param_lens(task, config, what)?;
+    let n = lens.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let parsed;
+    let tree = match tree {
+        Some(t) if t.text() == source => Some(t),
+        _ => {
+            parsed = SourceTree::parse(source.as_bytes()).ok();
+            parsed.as_ref()
+        }
+    };
+    let probe = tree.map(WarpProbe::new);
+    let d = H200;
+    let mut t = Totals::default();
+    for l in &plan.launches {
+        let blocks = l
+            .grid
+            .iter()
+            .map(|&g| f64::from(g))
+            .product::<f64>()
+            .max(1.0);
+        let block = l
+            .block
+            .iter()
+            .map(|&b| f64::from(b))
+            .product::<f64>()
+            .max(1.0);
+        let threads = blocks * block;
+        let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
+        let kernel = features.kernels.iter().find(|k| k.name == base);
+        let kp: KernelProbe = probe
+            .as_ref()
+            .and_then(|p| p.run_detailed(&l.kernel, l.grid, l.block, &probe_args(task, config, l)))
+            .unwrap_or_default();
+        let arg_len = |i: usize| -> f64 {
+            match l.args.get(i) {
+                Some(ResolvedArg::Param { index }) => lens.get(*index).copied().unwrap_or(0) as f64,
+                Some(ResolvedArg::Scratch { index }) => {
+                    plan.scratch_lens.get(*index).copied().unwrap_or(0) as f64
+                }
+                _ => 0.0,
+            }
+        };
+        // Occupancy from the block size and shared memory (registers are not known here).
+        let smem = kernel.map_or(0.0, |k| k.shared.static_bytes as f64) + f64::from(l.smem);
+        let mut bps = (d.threads_per_sm / block)
+            .floor()
+            .clamp(1.0, d.blocks_per_sm);
+        if smem > 0.0 {
+            bps = bps.min((d.smem_bytes / smem).floor().max(1.0));
+        }
+        let active_sms = blocks.min(d.sms);
+        let resident_threads = bps.min((blocks / d.sms).ceil()) * block;
+
+        let (mut requested, mut invariant, mut wavefronts, mut excess) = (0.0, 0.0, 0.0, 0.0);
+        let mut unique_arrays: Vec<(usize, f64)> = Vec::new();
+        let mut sweeps: Vec<(usize, usize, f64)> = Vec::new(); // (array, loop accesses, bytes)
+        for a in &kp.accesses {
+            let bytes = f64::from(a.elem_bytes);
+            match a.space {
+                MemorySpace::Global => {
+                    let waste = f64::from(a.probe.sectors) / f64::from(a.probe.ideal.max(1));
+                    let r = threads * a.trips * bytes * waste.max(1.0);
+                    requested += r;
+                    if a.block_invariant && blocks > 1.0 {
+                        invariant += r;
+                    }
+                    if !unique_arrays.iter().any(|&(i, _)| i == a.array) {
+                        unique_arrays.push((a.array, arg_len(a.array) * bytes));
+                    }
+                    if a.trips > 1.0 {
+                        match sweeps.iter_mut().find(|s| s.0 == a.array) {
+                            Some(s) => {
+                                s.1 += 1;
+                                s.2 = s.2.max(a.trips * bytes);
+                            }
+                            None => sweeps.push((a.array, 1, a.trips * bytes)),
+                        }
+                    }
+                }
+                MemorySpace::Shared => {
+                    let deg = f64::from(a.bank_degree.max(1));
+                    wavefronts += threads / 32.0 * a.trips * deg;
+                    excess += threads / 32.0 * a.trips * (deg - 1.0);
+                }
+            }
+        }
+        let mut unique: f64 = unique_arrays.iter().map(|&(_, b)| b).sum();
+        let dram = if kp.accesses.iter().any(|a| a.space == MemorySpace::Global) {
+            let redundant = (requested - unique).max(0.0);
+            let miss = if unique > 0.0 {
+                (1.0 - d.l2_bytes / unique).max(0.0)
+            } else {
+                0.0
+            };
+            t.redundant += redundant;
+            t.seconds += redundant * (1.0 - miss) / d.l2_bw;
+            requested.min(unique) + redundant * miss
+        } else {
+            // Nothing probed: one pass over the largest buffer it is handed (4-byte elements).
+            unique = (0..l.args.len()).map(arg_len).fold(0.0, f64::max) * 4.0;
+            unique
+        };
+        // Bytes a thread sweeps more than once (a row kept for its second pass).
+        let reuse_per_thread: f64 = sweeps.iter().filter(|s| s.1 > 1).map(|s| s.2).sum();
+        let reuse_sm = resident_threads * reuse_per_thread;
+        t.reuse_l1 = t.reuse_l1.max(reuse_sm / d.l1_bytes);
+        t.reuse_l2 = t.reuse_l2.max(reuse_sm * active_sms / d.l2_bytes);
+        t.dram += dram;
+        t.unique += unique;
+        t.invariant += invariant;
+        t.wavefronts += wavefronts;
+        t.conflict_excess += excess;
+        t.barriers += blocks * kp.barriers;
+        if blocks < d.sms {
+            t.serial_barriers += kp.barriers;
+        }
+        let spins = kp.spin_waits > 0;
+        if spins {
+            t.chain_blocks += blocks;
+        }
+        t.unknown_trips += f64::from(kp.unknown_trips);
+
+        let flops = threads * kernel.map_or(0.0, |k| k.compute.weighted_flops);
+        let bw = d.dram_bw.min(active_sms * d.sm_bw);
+        let waves = (blocks / (active_sms * bps)).ceil();
+        t.seconds += (dram / bw).max(flops / d.flops)
+            + wavefronts / (active_sms * d.clock)
+            + waves * kp.barriers * d.barrier_s
+            + if spins { blocks * d.chain_s } else { 0.0 }
+            + d.launch_s;
+    }
+    let unique = t.unique.max(1.0);
+    Ok(vec![
+        ("traffic_dram_bytes_per_element", ln1p(t.dram / n)),
+        ("traffic_redundant_reads", ln1p(t.redundant / unique)),
+        ("traffic_block_invariant_reads", ln1p(t.invariant / unique)),
+        ("traffic_reuse_set_l1", ln1p(t.reuse_l1)),
+        ("traffic_reuse_set_l2", ln1p(t.reuse_l2)),
+        (
+            "traffic_shared_wavefronts_per_element",
+            ln1p(t.wavefronts / n),
+        ),
+        ("traffic_bank_conflict_excess", ln1p(t.conflict_excess / n)),
+        ("traffic_barriers_per_element", ln1p(256.0 * t.barriers / n)),
+        ("traffic_serial_barriers", ln1p(t.serial_barriers)),
+        ("traffic_chain_blocks", ln1p(t.chain_blocks)),
+        ("traffic_unknown_trips", ln1p(t.unknown_trips)),
+        ("traffic_estimated_time_us", ln1p(t.seconds * 1e6)),
+    ])
+}
+
+/// The traffic feature vector, one value per entry of [`TRAFFIC_FEATURE_NAMES`].
+pub fn traffic_features(
+    input: &LaunchInput<'_>,
+    features: &Features,
+    what: &str,
+) -> Result<Vec<f32>> {
+    Ok(traffic_features_named(input, features, what)?
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect())
+}
