@@ -47,9 +47,9 @@ pub enum Error {
     /// `--max-buffer-gib` is unusable.
     #[error(transparent)]
     Limits(#[from] LimitArgError),
-    /// `--reward` names no preset.
-    #[error("unknown reward `{0}` (expected cudaperf, correctness, kevin, fast_p:<p>, dhrcl)")]
-    UnknownReward(String),
+    /// `--reward` names no preset, or a bad `fast_p` threshold.
+    #[error(transparent)]
+    Reward(#[from] presets::PresetError),
     /// The compile flags are unusable.
     #[error(transparent)]
     Evaluator(#[from] EvaluatorError),
@@ -58,26 +58,12 @@ pub enum Error {
     Output(#[from] OutputError),
 }
 
-/// The preset `--reward` names. The library's preset parser is to replace this body with
-/// one call, so that the CLI and the server accept the same names and values.
-fn reward_by_name(name: &str) -> Result<Box<dyn Reward>, Error> {
-    Ok(match name {
-        "cudaperf" => Box::new(presets::cudaperf()),
-        "correctness" => Box::new(presets::correctness_only()),
-        "kevin" => Box::new(presets::kevin()),
-        "dhrcl" => Box::new(presets::staged_dhrcl(Default::default())),
-        other => match other.strip_prefix("fast_p:").map(str::parse::<f64>) {
-            Some(Ok(p)) => Box::new(presets::kernelbench_fast_p(p)),
-            _ => return Err(Error::UnknownReward(other.to_string())),
-        },
-    })
-}
-
 /// Runs `cudaperf score`.
 pub fn run(a: Args) -> Result<ExitCode, Error> {
     input::check_stdin_once(&a.files)?;
     let task = input::load_task_with(&a.task, &a.limits.limits()?)?;
-    let reward = reward_by_name(&a.reward)?;
+    // The server's parser: the same names and thresholds (no `fast_p:NaN`).
+    let reward = presets::by_name(&a.reward)?;
     let subs = a
         .files
         .iter()

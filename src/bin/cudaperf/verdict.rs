@@ -1,33 +1,17 @@
 //! The one-line reason an evaluation is not correct, for the plain-text lines of `score`
 //! and `measure` and the `reason` of a timings file.
 //!
-//! The library is to own this decision (one verdict authority for the report, the server,
-//! the CLI and the feedback); when it does, [`first_reason`]'s body becomes one call to it.
+//! The library owns this decision (`Stages::outcome`, one verdict authority for the report,
+//! the server, the CLI and the feedback).
 
-use cudaperf::reward::Stages;
+use cudaperf::reward::{Stage, Stages};
 
-/// The first stage that failed and why, in one line: the extract error, the compile
-/// reason (or the first lines of its log), the first failing config, else the GPU run's
-/// status (`not run` when there was none).
+/// The first stage that failed and why, in one line, as the library's one verdict
+/// authority (`Stages::outcome`) words it; `not run` when nothing failed and nothing ran.
 pub fn first_reason(stages: &Stages) -> String {
-    if let Some(err) = &stages.extract.error {
-        return err.clone();
-    }
-    if let Some(c) = stages.compile.as_ref().filter(|c| !c.ok) {
-        return c
-            .reason
-            .clone()
-            .unwrap_or_else(|| c.log.lines().take(3).collect::<Vec<_>>().join(" "));
-    }
-    if let Some(c) = &stages.correctness {
-        if let Some(f) = c.configs.iter().find(|c| !c.passed) {
-            return format!("config {}: {}", f.config, f.reasons.join("; "));
-        }
-    }
     stages
-        .execute
-        .as_ref()
-        .map(|x| format!("{:?}", x.status))
+        .outcome(Stage::Timing)
+        .reason
         .unwrap_or_else(|| "not run".into())
 }
 
