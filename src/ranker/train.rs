@@ -278,7 +278,11 @@ fn train_member(
     let val_set: BTreeSet<&str> = val_tasks.iter().map(String::as_str).collect();
     let train_pairs = data.pairs_of_tasks(&train_set, config.train_min_log_ratio());
     let val_pairs = data.pairs_of_tasks(&val_set, config.train_min_log_ratio());
-    if train_pairs.is_empty() {
+    // Ties (trained towards 0.5 with soft targets) cannot teach an order on their own.
+    let decisive = train_pairs
+        .iter()
+        .any(|&i| data.pairs[i].log_ratio >= config.min_log_ratio);
+    if train_pairs.is_empty() || !decisive {
         return Err(RankerError::NoPairs {
             reason: format!(
                 "the {} training tasks have no pair with log_ratio >= min_log_ratio ({})",
