@@ -51,8 +51,12 @@ fn learns_the_deciding_feature_on_unseen_tasks_quickly() {
         history.stopped_early
     );
     // The callback sees every epoch of every ensemble member.
-    let all_epochs =
-        history.epochs.len() + history.members.iter().map(|m| m.epochs.len()).sum::<usize>();
+    let all_epochs = history.epochs.len()
+        + history
+            .members
+            .iter()
+            .map(|m| m.epochs.len())
+            .sum::<usize>();
     assert_eq!(epochs_seen, all_epochs);
     assert!(secs < 60.0, "training took {secs:.1} s");
 
