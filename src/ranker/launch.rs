@@ -216,6 +216,22 @@ pub(crate) fn ln1p(x: f64) -> f32 {
     x.clamp(0.0, 1e30).ln_1p() as f32
 }
 
+/// The given tree when it is of `source`, else `source` parsed into `slot` (`None` when it
+/// does not parse): the launch and traffic features share this fallback.
+pub(crate) fn tree_for<'a>(
+    tree: Option<&'a SourceTree>,
+    source: &str,
+    slot: &'a mut Option<SourceTree>,
+) -> Option<&'a SourceTree> {
+    match tree {
+        Some(t) if t.text() == source => Some(t),
+        _ => {
+            *slot = SourceTree::parse(source.as_bytes()).ok();
+            slot.as_ref()
+        }
+    }
+}
+
 /// The launch-plan features of `input` with the structure analysis' `features` of the same
 /// source (for its kernels' atomics), as `(name, value)` pairs in
 /// [`LAUNCH_FEATURE_NAMES`] order. `what` names the source in errors.
@@ -245,14 +261,8 @@ pub fn launch_features_named(
     let (mut widest_threads, mut widest_block) = (0.0f64, 1.0f64);
     let mut max_smem = 0u32;
     // Sectors a warp's global accesses touch over the fewest they could (concrete probe).
-    let parsed;
-    let tree = match tree {
-        Some(t) if t.text() == source => Some(t),
-        _ => {
-            parsed = SourceTree::parse(source.as_bytes()).ok();
-            parsed.as_ref()
-        }
-    };
+    let mut parsed = None;
+    let tree = tree_for(tree, source, &mut parsed);
     let probe = tree.map(WarpProbe::new);
     let (mut excess_sum, mut excess_n, mut excess_max) = (0.0f64, 0usize, 0.0f64);
     for (li, l) in plan.launches.iter().enumerate() {

@@ -53,8 +53,8 @@
 //! [`WarpProbe::run_detailed`]: crate::analysis::WarpProbe::run_detailed
 
 use super::error::Result;
-use super::launch::{ln1p, param_lens, probe_args, LaunchInput};
-use crate::analysis::{Features, KernelProbe, MemorySpace, SourceTree, WarpProbe};
+use super::launch::{ln1p, param_lens, probe_args, tree_for, LaunchInput};
+use crate::analysis::{Features, KernelProbe, MemorySpace, WarpProbe};
 use crate::candidate::ResolvedArg;
 
 /// Prefix of every traffic feature name.
@@ -162,14 +162,8 @@ pub fn traffic_features_named(
     } = *input;
     let lens = param_lens(task, config, what)?;
     let n = lens.iter().copied().max().unwrap_or(0).max(1) as f64;
-    let parsed;
-    let tree = match tree {
-        Some(t) if t.text() == source => Some(t),
-        _ => {
-            parsed = SourceTree::parse(source.as_bytes()).ok();
-            parsed.as_ref()
-        }
-    };
+    let mut parsed = None;
+    let tree = tree_for(tree, source, &mut parsed);
     let probe = tree.map(WarpProbe::new);
     let d = H200;
     let mut t = Totals::default();
