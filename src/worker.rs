@@ -107,14 +107,17 @@ pub fn run_role(role: &str) -> i32 {
 
 /// The GPU workers' settings, from the environment they inherit from the program that
 /// started them (the one place they are read): `$CUDAPERF_CTX_SCHED` (`spin`, `yield`,
-/// `blocking`; else the driver's choice) and `$CUDAPERF_TRACE_JOBS` (a file for one JSON
-/// line per job).
+/// `blocking`; else the driver's choice), `$CUDAPERF_TRACE_JOBS` (a file for one JSON
+/// line per job) and `$CUDAPERF_TORCH_PYTHON` (the interpreter of a PyTorch reference).
 fn gpu_settings_from_env() -> crate::exec::GpuSettings {
     crate::exec::GpuSettings {
         ctx_sched: std::env::var("CUDAPERF_CTX_SCHED").map_or(crate::exec::CtxSched::Auto, |s| {
             crate::exec::CtxSched::from_name(&s)
         }),
         trace_jobs: std::env::var_os("CUDAPERF_TRACE_JOBS").map(std::path::PathBuf::from),
+        torch_python: std::env::var_os("CUDAPERF_TORCH_PYTHON")
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from),
     }
 }
 

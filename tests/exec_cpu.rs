@@ -6,8 +6,8 @@ mod common;
 use cudaperf::candidate::Candidate;
 use cudaperf::compile::{CompileOptions, Compiler, Isolation};
 use cudaperf::exec::{
-    ConfigCheck, CorrectnessStage, ExecJob, ExecResult, ExecStatus, JobParts, JobSide, Mismatch,
-    TimingStage,
+    ConfigCheck, CorrectnessStage, ExecJob, ExecResult, ExecStatus, JobParts, JobReference,
+    JobSide, Mismatch, TimingStage,
 };
 use cudaperf::reward::{
     presets, Context, CorrectReward, EvalOptions, Evaluator, Reward, RewardError, Stage,
@@ -53,6 +53,7 @@ fn exec_result_with_nan_round_trips_through_json() {
         }),
         timing: Some(TimingStage {
             protocol: 2,
+            reference: Default::default(),
             config: "large".into(),
             reference_us: f64::NAN,
             candidate_us: 1.0,
@@ -145,7 +146,7 @@ fn job_building_evaluates_everything() {
     let job = ExecJob::build(JobParts {
         task: &task,
         configs: &configs,
-        reference: side,
+        reference: JobReference::Cuda(side),
         candidates: &[side, side],
         timing_config: plan.timed,
         seed: 42,

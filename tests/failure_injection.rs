@@ -287,6 +287,7 @@ fn correctness(passed: bool, pass_rate: f64) -> CorrectnessStage {
 fn timing() -> TimingStage {
     TimingStage {
         protocol: 2,
+        reference: Default::default(),
         config: "large".into(),
         reference_us: 200.0,
         candidate_us: 100.0,

@@ -482,7 +482,7 @@ fn samples_update_keeps_other_tasks_of_the_same_input_set() {
 fn the_reference_run_reads_the_inputs_it_was_given() {
     use cudaperf::candidate::{Candidate, PlanLimits};
     use cudaperf::compile::{CompileOptions, CompileOutcome, Compiler, Isolation};
-    use cudaperf::exec::{DirectGpu, ExecJob, JobParts, JobSide};
+    use cudaperf::exec::{DirectGpu, ExecJob, JobParts, JobReference, JobSide};
     let gpu = match DirectGpu::open() {
         Ok(g) => g,
         Err(reason) => {
@@ -510,11 +510,11 @@ fn the_reference_run_reads_the_inputs_it_was_given() {
         let job = ExecJob::build(JobParts {
             task: &task,
             configs: &[ci],
-            reference: JobSide {
+            reference: JobReference::Cuda(JobSide {
                 candidate: &cand,
                 module: &module,
                 plans: &plans,
-            },
+            }),
             candidates: &[],
             timing_config: 0,
             seed,

@@ -226,6 +226,7 @@ fn execute(status: ExecStatus) -> ExecuteStage {
 fn timing(speedup: f64, implausible: bool) -> TimingStage {
     TimingStage {
         protocol: 2,
+        reference: Default::default(),
         config: "large_odd".into(),
         reference_us: 100.0,
         candidate_us: 100.0 / speedup,

@@ -61,6 +61,11 @@ pub struct ExecOptions {
     pub bandwidth_gbps: f64,
     /// Peak arithmetic rate for the compute floor, TFLOP/s (default 0: the device table).
     pub peak_tflops: f64,
+    /// Check and time against the task's PyTorch original in this mode instead of its CUDA
+    /// reference (torch2cuda tasks; the report's `timing.reference` says which ran). Default
+    /// `None`: the task's own reference — its CUDA reference, or its PyTorch original in
+    /// eager mode for a task that has only that (`cudaperf tasks import`).
+    pub torch_reference: Option<super::torch::TorchMode>,
 }
 
 impl Default for ExecOptions {
@@ -76,6 +81,7 @@ impl Default for ExecOptions {
             worker: None,
             bandwidth_gbps: 0.0,
             peak_tflops: 0.0,
+            torch_reference: None,
         }
     }
 }

@@ -386,6 +386,10 @@ pub(crate) struct Harness {
     pub info: DeviceInfo,
     pub max_warps_per_sm: i32,
     pub reference: RunnerClient,
+    /// The PyTorch reference's runner (started at the first job that has one).
+    pub torch: Option<RunnerClient>,
+    /// The interpreter that runs it.
+    pub torch_python: std::path::PathBuf,
     pub runners: Vec<RunnerClient>,
     /// Reference spread when it ran alone, per (reference build, config).
     pub calibration: HashMap<(u64, String), f64>,
@@ -610,6 +614,11 @@ impl Harness {
             info,
             max_warps_per_sm,
             reference: RunnerClient::new("reference")?,
+            torch: None,
+            torch_python: settings
+                .torch_python
+                .clone()
+                .unwrap_or_else(|| super::torch::default_python().to_path_buf()),
             runners: Vec::new(),
             calibration: HashMap::new(),
             stats: None,
@@ -759,21 +768,29 @@ impl Harness {
                 false,
             ));
         }
-        let ref_key = key_of(&job.reference.cubin_b64);
+        let ref_key = match &job.torch_reference {
+            Some(t) => key_of(&format!("torch {}\n{}", t.mode.as_str(), t.source)),
+            None => key_of(&job.reference.cubin_b64),
+        };
         let symbols =
             |m: &JobModule| -> Vec<String> { m.symbols.iter().map(|(_, s)| s.clone()).collect() };
         // The reference is trusted and stateless: reloaded only when it changes. Every
         // member gets a fresh module (fresh `__device__` globals) for every job.
         let limit = self.limit(st)?;
-        self.reference
-            .load(
+        let loaded = match &job.torch_reference {
+            Some(t) => {
+                self.reference_runner(job)?
+                    .load_torch(t, job.buffers.clone(), ref_key, limit)
+            }
+            None => self.reference.load(
                 &job.reference.cubin_b64,
                 symbols(&job.reference),
                 Some(ref_key),
                 false,
                 limit,
-            )
-            .map_err(|f| Fault::Reference(format!("the reference failed to load: {f}")))?;
+            ),
+        };
+        loaded.map_err(|f| reference_fault("the reference failed to load", f))?;
         // Members load in parallel: a runner that has to start first (process, CUDA
         // context) costs a few hundred milliseconds.
         let t = Instant::now();
@@ -927,6 +944,22 @@ impl Harness {
         Ok(())
     }
 
+    /// The runner of the job's reference: the CUDA reference's, or the PyTorch runner
+    /// (started here the first time; a runner that cannot start is ours).
+    fn reference_runner(&mut self, job: &ExecJob) -> Run<&mut RunnerClient> {
+        if job.torch_reference.is_none() {
+            return Ok(&mut self.reference);
+        }
+        if self.torch.is_none() {
+            let r = RunnerClient::torch(&self.torch_python)
+                .map_err(|reason| Fault::Ours(reason, false))?;
+            self.torch = Some(r);
+        }
+        self.torch
+            .as_mut()
+            .ok_or_else(|| Fault::Ours("no PyTorch runner".into(), false))
+    }
+
     /// Time left for the next call of the reference or the harness; `Err` once the job's
     /// deadline has passed.
     pub fn limit(&self, st: &JobState) -> Run<Duration> {
@@ -941,9 +974,9 @@ impl Harness {
         let job = st.job;
         let limit = self.limit(st)?;
         let handles = self
-            .reference
+            .reference_runner(job)?
             .alloc(sizes.reference.clone(), limit)
-            .map_err(|f| Fault::Reference(format!("the reference's buffers: {f}")))?;
+            .map_err(|f| reference_fault("the reference's buffers", f))?;
         let reference = self.map_side(job, &handles, &sizes.reference, "reference", None)?;
         // The members' runners allocate in parallel (each a process round trip and a few
         // large cuMemAllocs); the harness then maps their buffers one by one.
@@ -1223,15 +1256,27 @@ impl Harness {
         match who {
             Who::Reference => {
                 let limit = self.limit(st)?;
-                let (ms, _) = self
-                    .reference
-                    .run(
-                        plan.launches.clone(),
-                        (plan.zero.clone(), plan.used.clone(), false),
-                        flush,
-                        limit,
-                    )
-                    .map_err(|f| Fault::Reference(format!("the reference failed: {f}")))?;
+                let job = st.job;
+                let ms = match &job.torch_reference {
+                    Some(_) => {
+                        let shapes = job
+                            .configs
+                            .get(plan.config)
+                            .map(|c| c.shapes.clone())
+                            .unwrap_or_default();
+                        self.reference_runner(job)?.run_torch(shapes, flush, limit)
+                    }
+                    None => self
+                        .reference
+                        .run(
+                            plan.launches.clone(),
+                            (plan.zero.clone(), plan.used.clone(), false),
+                            flush,
+                            limit,
+                        )
+                        .map(|(ms, _)| ms),
+                }
+                .map_err(|f| reference_fault("the reference failed", f))?;
                 st.runs_ms += ms;
                 Ok(SideRun::Ok(ms))
             }
@@ -1273,6 +1318,16 @@ impl Harness {
                 }
             }
         }
+    }
+}
+
+/// A reference runner's failure: the reference's (the task is broken, `reference_failed`)
+/// unless no runner could serve it at all (not started, wrong protocol, PyTorch or its GPU
+/// missing), which is ours (`unavailable`).
+fn reference_fault(what: &str, f: RunnerFault) -> Fault {
+    match f {
+        RunnerFault::Unavailable(reason) => Fault::Ours(format!("{what}: {reason}"), false),
+        other => Fault::Reference(format!("{what}: {other}")),
     }
 }
 

@@ -99,7 +99,11 @@ pub struct JobConfig {
     /// Per buffer, the low-order bits the precision probe changes (`None`: not probed).
     #[serde(default)]
     pub probes: Vec<Option<crate::task::ProbeBits>>,
-    /// The reference's plan.
+    /// Per buffer, the tensor shape the original sees on this config (its length as one
+    /// axis where the task gives no shape); what a PyTorch reference's forward is called on.
+    #[serde(default)]
+    pub shapes: Vec<Vec<u64>>,
+    /// The reference's plan (no launches for a PyTorch reference).
     pub reference: ResolvedPlan,
     /// Each candidate's plan, in member order.
     pub candidates: Vec<ResolvedPlan>,
@@ -177,8 +181,12 @@ pub struct ExecJob {
     pub params: Vec<JobParam>,
     /// Configurations to check.
     pub configs: Vec<JobConfig>,
-    /// The reference.
+    /// The reference (an empty module for a PyTorch reference).
     pub reference: JobModule,
+    /// The reference is the task's PyTorch original, run in a Python runner
+    /// ([`crate::exec::TorchReference`]); `None`: the CUDA reference of `reference`.
+    #[serde(default)]
+    pub torch_reference: Option<super::torch::TorchReference>,
     /// The candidates: the members of a group (one for a single candidate). Each runs in a
     /// runner process of its own; their results come back in this order.
     pub candidates: Vec<JobModule>,
@@ -383,6 +391,15 @@ pub struct JobSide<'a> {
     pub plans: &'a [ResolvedPlan],
 }
 
+/// The reference side of a job.
+#[derive(Debug, Clone, Copy)]
+pub enum JobReference<'a> {
+    /// The task's CUDA reference, compiled, its plan resolved per config.
+    Cuda(JobSide<'a>),
+    /// The task's PyTorch original, run by a Python runner.
+    Torch(&'a super::torch::TorchReference),
+}
+
 /// Inputs to [`ExecJob::build`].
 pub struct JobParts<'a> {
     /// The task.
@@ -390,7 +407,7 @@ pub struct JobParts<'a> {
     /// Configs to check (indices into `task.configs`).
     pub configs: &'a [usize],
     /// The reference.
-    pub reference: JobSide<'a>,
+    pub reference: JobReference<'a>,
     /// The candidates: the members of a group, or one.
     pub candidates: &'a [JobSide<'a>],
     /// Index into `configs` of the config to time (the pipeline's one rule:
@@ -442,11 +459,17 @@ impl ExecJob {
         }
         let mut configs = Vec::new();
         let timing_config = p.timing_config;
-        if timing_config >= p.configs.len().max(1) || p.reference.plans.len() != p.configs.len() {
+        let reference_plans = match p.reference {
+            JobReference::Cuda(side) => Some(side.plans),
+            JobReference::Torch(_) => None,
+        };
+        if timing_config >= p.configs.len().max(1)
+            || reference_plans.is_some_and(|r| r.len() != p.configs.len())
+        {
             return Err(BuildError::Reference(format!(
                 "{} configs, {} reference plans, timed config {timing_config}: they must match",
                 p.configs.len(),
-                p.reference.plans.len(),
+                reference_plans.map_or(0, <[ResolvedPlan]>::len),
             )));
         }
         if let Some((member, side)) = p
@@ -505,6 +528,25 @@ impl ExecJob {
                         .and_then(|_| task.precision.probe_bits(b.dtype))
                 })
                 .collect();
+            let shapes = task
+                .buffers()
+                .zip(&lens)
+                .map(|(b, &n)| {
+                    if b.shape.is_empty() {
+                        return Ok(vec![n]);
+                    }
+                    b.shape
+                        .iter()
+                        .map(|d| d.eval_int(&cfg.sizes).map(|v| v.max(0) as u64))
+                        .collect::<Result<Vec<u64>, _>>()
+                        .map_err(|e| {
+                            BuildError::Reference(format!(
+                                "shape of buffer `{}` in config `{}`: {e}",
+                                b.name, cfg.name
+                            ))
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             configs.push(JobConfig {
                 name: cfg.name.clone(),
                 lens,
@@ -512,7 +554,14 @@ impl ExecJob {
                 fills,
                 regimes,
                 probes,
-                reference: p.reference.plans[k].clone(),
+                shapes,
+                reference: reference_plans.map_or_else(
+                    || ResolvedPlan {
+                        launches: Vec::new(),
+                        scratch_lens: Vec::new(),
+                    },
+                    |r| r[k].clone(),
+                ),
                 candidates: p.candidates.iter().map(|s| s.plans[k].clone()).collect(),
             });
         }
@@ -526,7 +575,18 @@ impl ExecJob {
             buffers,
             params,
             configs,
-            reference: JobModule::new(p.reference.candidate, p.reference.module),
+            reference: match p.reference {
+                JobReference::Cuda(side) => JobModule::new(side.candidate, side.module),
+                JobReference::Torch(_) => JobModule {
+                    cubin_b64: String::new(),
+                    symbols: Vec::new(),
+                    scratch: Vec::new(),
+                },
+            },
+            torch_reference: match p.reference {
+                JobReference::Cuda(_) => None,
+                JobReference::Torch(t) => Some(t.clone()),
+            },
             candidates: p
                 .candidates
                 .iter()

@@ -23,6 +23,7 @@ mod settings;
 mod support;
 mod timed;
 pub mod timing;
+pub mod torch;
 mod values;
 
 pub use device::{table_bandwidth, table_peak_tflops};
@@ -35,8 +36,9 @@ pub(crate) use harness::buffer_seed;
 pub use harness::GpuHandler;
 pub use job::{
     fills_of, BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam,
-    JobParts, JobRegime, JobSide, TimingOptions, ValuesError, JOB_HEADROOM_MS,
+    JobParts, JobReference, JobRegime, JobSide, TimingOptions, ValuesError, JOB_HEADROOM_MS,
 };
 pub use report::*;
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply, ZeroRange};
 pub use settings::{CtxSched, GpuSettings};
+pub use torch::{ReferenceKind, TorchMode, TorchReference};

@@ -238,6 +238,10 @@ pub struct TimingStage {
     pub protocol: u32,
     /// Config that was timed (the largest by buffer bytes).
     pub config: String,
+    /// The reference the speedup is against: the task's CUDA reference (`cuda`, also when
+    /// absent from older reports) or its PyTorch original (`torch_eager`, `torch_compile`).
+    #[serde(default)]
+    pub reference: super::torch::ReferenceKind,
     /// Median time of the reference plan, microseconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub reference_us: f64,

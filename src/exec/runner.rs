@@ -120,6 +120,26 @@ pub enum RunnerCmd {
     },
     /// Frees every buffer and unloads the module.
     Reset,
+    /// Builds a PyTorch reference's module (PyTorch runners only, [`super::torch`]).
+    LoadTorch {
+        /// The original's source.
+        source: String,
+        /// Eager or compiled.
+        mode: super::torch::TorchMode,
+        /// The ABI's buffers, in order (forward takes the `in`/`inout` ones and returns the
+        /// `out`/`inout` ones).
+        buffers: Vec<super::JobBuffer>,
+    },
+    /// One run of a PyTorch reference (PyTorch runners only): untimed L2 flush, the forward
+    /// between two events, its outputs copied into the output buffers (untimed).
+    RunTorch {
+        /// Per buffer of the last `Alloc`, the tensor shape of this run's configuration.
+        shapes: Vec<Vec<u64>>,
+        /// Bytes of the L2 flush before the start event (0: none).
+        flush_bytes: u64,
+        /// The word the flush writes.
+        flush_value: u32,
+    },
 }
 
 /// A runner's answer.
@@ -612,6 +632,9 @@ impl Handler for RunnerHandler {
                 state.unload();
                 Handled::ok(RunnerReply::Reset)
             }
+            RunnerCmd::LoadTorch { .. } | RunnerCmd::RunTorch { .. } => Handled::refused(
+                "this runner runs CUDA modules; a PyTorch reference runs in the Python runner",
+            ),
         }
     }
 }
@@ -683,6 +706,75 @@ impl RunnerClient {
             inbox,
             loaded: None,
         })
+    }
+
+    /// A PyTorch reference runner: `python` running the crate's `torch_runner.py`. Its
+    /// buffers are mapped through legacy CUDA IPC (the harness's own kernels are a little
+    /// slower on them; the forward is not).
+    pub fn torch(python: &std::path::Path) -> Result<RunnerClient, String> {
+        let script = super::torch::runner_script()
+            .map_err(|e| format!("cannot write the PyTorch runner script: {e}"))?;
+        let spec = WorkerSpec {
+            program: python.to_path_buf(),
+            args: vec![
+                script.display().to_string(),
+                "--protocol".into(),
+                crate::sandbox::protocol::PROTOCOL_VERSION.to_string(),
+                "--version".into(),
+                env!("CARGO_PKG_VERSION").into(),
+            ],
+            env: vec![("PYTHONDONTWRITEBYTECODE".into(), "1".into())],
+            memory_limit_bytes: None,
+            role: "torch_runner".into(),
+        };
+        Ok(RunnerClient {
+            pool: Pool::new(vec![spec]),
+            inbox: None,
+            loaded: None,
+        })
+    }
+
+    /// Builds a PyTorch reference's module (`key` identifies it; loaded once per key).
+    pub fn load_torch(
+        &mut self,
+        reference: &super::torch::TorchReference,
+        buffers: Vec<super::JobBuffer>,
+        key: u64,
+        limit: Duration,
+    ) -> Result<(), RunnerFault> {
+        if self.loaded == Some(key) {
+            return Ok(());
+        }
+        let cmd = RunnerCmd::LoadTorch {
+            source: reference.source.clone(),
+            mode: reference.mode,
+            buffers,
+        };
+        match self.call(&cmd, limit)? {
+            RunnerReply::Loaded => {
+                self.loaded = Some(key);
+                Ok(())
+            }
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// One timed run of a PyTorch reference; its milliseconds.
+    pub fn run_torch(
+        &mut self,
+        shapes: Vec<Vec<u64>>,
+        flush: (u64, u32),
+        limit: Duration,
+    ) -> Result<f64, RunnerFault> {
+        let cmd = RunnerCmd::RunTorch {
+            shapes,
+            flush_bytes: flush.0,
+            flush_value: flush.1,
+        };
+        match self.call(&cmd, limit)? {
+            RunnerReply::Ran { millis, .. } => Ok(millis),
+            other => Err(Self::unexpected(other)),
+        }
     }
 
     /// Frees the runner's buffers and module (its process stays).

@@ -42,6 +42,9 @@ pub struct GpuSettings {
     /// A file the harness appends one JSON line per job to, saying where the job's wall
     /// time went (default: none; the worker's start reads `$CUDAPERF_TRACE_JOBS`).
     pub trace_jobs: Option<PathBuf>,
+    /// The Python interpreter that runs a PyTorch reference (default: `python3` on `PATH`;
+    /// the worker's start reads `$CUDAPERF_TORCH_PYTHON`). It needs PyTorch with CUDA.
+    pub torch_python: Option<PathBuf>,
 }
 
 #[cfg(test)]

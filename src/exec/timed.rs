@@ -18,6 +18,7 @@ use super::harness::{
 use super::job::{JobConfig, TimingOptions};
 use super::report::{KernelOccupancy, TimingStage, PROTOCOL_VERSION};
 use super::timing::{self, derive_seed, domain, Schedule};
+use super::torch::ReferenceKind;
 
 impl Harness {
     /// The reference's relative spread when it runs alone (cached per build and config).
@@ -271,6 +272,11 @@ impl Harness {
             st.members[i].timing = Some(TimingStage {
                 protocol: PROTOCOL_VERSION,
                 config: c.name.clone(),
+                reference: st
+                    .job
+                    .torch_reference
+                    .as_ref()
+                    .map_or(ReferenceKind::Cuda, |t| t.mode.into()),
                 reference_us: ref_med,
                 candidate_us: cand_med,
                 speedup: award.speedup,

@@ -13,7 +13,7 @@ use super::compare::{compare, element_f64, BufferCompare};
 use super::{run_original, smallest_config, Engine, OriginalOutputs, Tools};
 use crate::candidate::{Candidate, PlanLimits};
 use crate::compile::{CompileOutcome, Compiler};
-use crate::exec::{DirectGpu, ExecJob, JobParts, JobSide};
+use crate::exec::{DirectGpu, ExecJob, JobParts, JobReference, JobSide};
 use crate::inputs::{buffer_seed, HostInputs};
 use crate::task::{DType, InputConfig, Regime, Task};
 
@@ -322,7 +322,7 @@ fn reference_outputs(
     let job = ExecJob::build(JobParts {
         task,
         configs: &[ci],
-        reference: side,
+        reference: JobReference::Cuda(side),
         candidates: &[],
         timing_config: 0,
         seed,

@@ -10,7 +10,7 @@ use crate::candidate::{Candidate, PlanLimits, ResolvedPlan};
 use crate::compile::{CompileOutcome, CompiledModule, Compiler};
 use crate::exec::{
     BuildError, ExecJob, ExecOptions, ExecResult, ExecStatus, ExecuteStage, Executor, JobParts,
-    JobSide,
+    JobReference, JobSide, TorchMode, TorchReference,
 };
 use crate::task::Task;
 
@@ -27,11 +27,24 @@ pub(crate) struct GpuMember<'a> {
     pub plan: &'a Plan,
 }
 
-/// The task's reference, ready to run: parsed, checked, compiled, its plan resolved.
-pub(crate) struct Reference {
-    candidate: Candidate,
-    module: CompiledModule,
-    plans: Vec<ResolvedPlan>,
+/// The task's reference, ready to run: the CUDA reference parsed, checked, compiled, its
+/// plan resolved; or the PyTorch original, which its runner builds.
+pub(crate) enum Reference {
+    Cuda {
+        candidate: Candidate,
+        module: CompiledModule,
+        plans: Vec<ResolvedPlan>,
+    },
+    Torch(TorchReference),
+}
+
+/// The PyTorch mode a task's reference runs in, when it is its PyTorch original: the one
+/// asked for ([`ExecOptions::torch_reference`]), or eager for a task whose only reference
+/// is its original. `None`: the task's CUDA reference.
+fn torch_mode(task: &Task, options: &ExecOptions) -> Option<TorchMode> {
+    options
+        .torch_reference
+        .or_else(|| task.torch_reference().then_some(TorchMode::Eager))
 }
 
 /// Why the reference is not ready: the task's fault (`ReferenceFailed`) or ours, for now
@@ -86,15 +99,24 @@ impl GpuState {
         compiler: &Compiler,
         limits: &PlanLimits,
     ) -> Result<Arc<Result<Reference, String>>, String> {
+        let mode = torch_mode(task, &self.options);
+        let key = match mode {
+            Some(m) => format!("{}\ntorch {}", task.id, m.as_str()),
+            None => task.id.clone(),
+        };
         if let Some(r) = self
             .references
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&task.id)
+            .get(&key)
         {
             return Ok(Arc::clone(r));
         }
-        let built = match build_reference(task, configs, compiler, limits) {
+        let built = match mode {
+            Some(mode) => torch_reference(task, mode),
+            None => build_reference(task, configs, compiler, limits),
+        };
+        let built = match built {
             Ok(r) => Ok(r),
             Err(ReferenceError::Broken(reason)) => Err(reason),
             Err(ReferenceError::Unavailable(reason)) => return Err(reason),
@@ -103,7 +125,7 @@ impl GpuState {
         self.references
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(task.id.clone(), Arc::clone(&r));
+            .insert(key, Arc::clone(&r));
         Ok(r)
     }
 
@@ -212,10 +234,17 @@ impl GpuState {
                 })
             })
             .collect();
-        let reference_side = JobSide {
-            candidate: &reference.candidate,
-            module: &reference.module,
-            plans: &reference.plans,
+        let reference_side = match reference {
+            Reference::Cuda {
+                candidate,
+                module,
+                plans,
+            } => JobReference::Cuda(JobSide {
+                candidate,
+                module,
+                plans,
+            }),
+            Reference::Torch(t) => JobReference::Torch(t),
         };
         let run = self.run_sides(executor, task, plan0, reference_side, &sides, with_timing);
         if run.len() != unique.len() {
@@ -246,7 +275,7 @@ impl GpuState {
         executor: &Executor,
         task: &Task,
         plan: &Plan,
-        reference: JobSide<'_>,
+        reference: JobReference<'_>,
         members: &[JobSide<'_>],
         with_timing: bool,
     ) -> Vec<ExecResult> {
@@ -329,12 +358,6 @@ fn build_reference(
     compiler: &Compiler,
     limits: &PlanLimits,
 ) -> Result<Reference, ReferenceError> {
-    if task.torch_reference() {
-        return Err(ReferenceError::Unavailable(format!(
-            "task `{}` names its PyTorch original as the reference; the PyTorch reference runner is not part of this build yet (docs/pytorch-tasks.md)",
-            task.id
-        )));
-    }
     let path = task.reference.path.display();
     let broken = |what: String| ReferenceError::Broken(format!("reference {path}: {what}"));
     let mut c = Candidate::parse(&task.reference.source).map_err(|e| broken(e.to_string()))?;
@@ -367,9 +390,25 @@ fn build_reference(
         .map(|&i| c.resolve(task, &task.configs[i], limits))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| broken(format!("plan: {e}")))?;
-    Ok(Reference {
+    Ok(Reference::Cuda {
         candidate: c,
         module,
         plans,
     })
+}
+
+/// The task's PyTorch original as its reference (torch2cuda tasks only).
+fn torch_reference(task: &Task, mode: TorchMode) -> Result<Reference, ReferenceError> {
+    if task.kind != crate::task::TaskKind::Torch2cuda || task.original.trim().is_empty() {
+        return Err(ReferenceError::Unavailable(format!(
+            "task `{}` has no PyTorch original (a {} task): it cannot be timed against PyTorch {}",
+            task.id,
+            task.kind.as_str(),
+            mode.as_str()
+        )));
+    }
+    Ok(Reference::Torch(TorchReference {
+        source: task.original.clone(),
+        mode,
+    }))
 }

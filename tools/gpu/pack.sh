@@ -2,18 +2,18 @@
 # Run HERE (the build machine) before a GPU run: packs into .gpu/ (git-ignored) what the other
 # scripts of tools/gpu/ run on the GPU machine, which has no Rust toolchain: the release
 # `cudaperf` (also the sandbox worker), the `gpu_bench` example, the release test binaries
-# `gpu` and `originals` in .gpu/bin/, and, when redis-server is installed here, Debian's
+# `gpu`, `gpu_torch` and `originals` in .gpu/bin/, and, when redis-server is installed here, Debian's
 # redis-server with the libraries it needs beyond glibc in .gpu/redis/ (for
 # tools/gpu-serve-node.sh's queue part).
 #   usage: bash tools/gpu/pack.sh
 #   then carry .gpu to the GPU machine and run verify.sh, bench.sh, measure.sh or dataset.sh.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-json=$(cargo build --release --bin cudaperf --example gpu_bench --test gpu --test originals \
+json=$(cargo build --release --bin cudaperf --example gpu_bench --test gpu --test gpu_torch --test originals \
     --message-format=json 2>/dev/null)
 rm -rf .gpu && mkdir -p .gpu/bin
 cp target/release/cudaperf target/release/examples/gpu_bench .gpu/
-for t in gpu originals; do
+for t in gpu gpu_torch originals; do
   exe=$(printf '%s\n' "$json" | python3 -c '
 import json, sys
 name = sys.argv[1]

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use cudaperf::exec::TorchMode;
 use cudaperf::reward::{presets, Context, EvalOptions, Reward, RewardReport, Submission, Verdict};
 
 use crate::args::{evaluator, whole, CompileArgs, EvaluatorError, LimitArgError, LimitArgs};
@@ -29,10 +30,31 @@ pub struct Args {
     /// Print the full JSON report.
     #[arg(long)]
     json: bool,
+    /// The reference to check and time against: `task` (its CUDA reference, or its PyTorch
+    /// original in eager mode when that is its only one), `torch-eager` or `torch-compile`
+    /// (the task's PyTorch original; torch2cuda tasks). The report's `timing.reference`
+    /// says which ran.
+    #[arg(long, default_value = "task", value_parser = reference_choice)]
+    reference: Reference,
     #[command(flatten)]
     compile: CompileArgs,
     #[command(flatten)]
     limits: LimitArgs,
+}
+
+/// `--reference`: `None` for the task's own reference, else a PyTorch mode.
+#[derive(Debug, Clone, Copy)]
+struct Reference(Option<TorchMode>);
+
+fn reference_choice(name: &str) -> Result<Reference, String> {
+    match name {
+        "task" => Ok(Reference(None)),
+        "torch-eager" | "torch_eager" | "eager" => Ok(Reference(Some(TorchMode::Eager))),
+        "torch-compile" | "torch_compile" | "compile" => Ok(Reference(Some(TorchMode::Compile))),
+        other => Err(format!(
+            "`{other}` is not a reference (expected task, torch-eager or torch-compile)"
+        )),
+    }
 }
 
 /// Why `score` could not score.
@@ -71,6 +93,10 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
         .collect::<Result<Vec<_>, _>>()?;
     let evaluator = evaluator(EvalOptions {
         compile: a.compile.options(),
+        exec: cudaperf::exec::ExecOptions {
+            torch_reference: a.reference.0,
+            ..Default::default()
+        },
         ..Default::default()
     })?;
     let ctx = Context::new(&task, &evaluator).at_step(a.step);
