@@ -231,7 +231,9 @@ fn a_broken_original_is_the_references_failure() {
             "elements returned",
         ),
     ] {
-        let dir = tempdir(name);
+        // The folder must be named after the task's id.
+        let dir = tempdir(name).join("add_layernorm");
+        std::fs::create_dir_all(&dir).unwrap();
         copy_dir(&src, &dir);
         let original = std::fs::read_to_string(dir.join("original.py")).unwrap();
         let patched = original.replacen("h = x + res", &format!("{body}\n        h = x + res"), 1);
@@ -246,7 +248,7 @@ fn a_broken_original_is_the_references_failure() {
         println!("{name}: {} {}", ev.verdict(), why(&ev));
         assert_eq!(ev.verdict(), Verdict::ReferenceFailed, "{}", why(&ev));
         assert!(why(&ev).contains(expect), "{}", why(&ev));
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 }
 
