@@ -220,7 +220,10 @@ fn honest_kernels_compile_against_their_imported_tasks() {
     for path in &kernels {
         let stem = path.file_stem().unwrap().to_string_lossy().to_string();
         let Some(task) = tasks.get(kernel_task(&stem)) else {
-            failures.push(format!("{stem}.cu: no imported task `{}`", kernel_task(&stem)));
+            failures.push(format!(
+                "{stem}.cu: no imported task `{}`",
+                kernel_task(&stem)
+            ));
             continue;
         };
         covered.insert(task.id.clone());
@@ -253,8 +256,15 @@ fn honest_kernels_compile_against_their_imported_tasks() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
     let missing: Vec<&String> = tasks.keys().filter(|id| !covered.contains(*id)).collect();
-    assert!(missing.is_empty(), "imported tasks without a kernel: {missing:?}");
-    println!("{} kernels compiled for {} imported tasks", kernels.len(), tasks.len());
+    assert!(
+        missing.is_empty(),
+        "imported tasks without a kernel: {missing:?}"
+    );
+    println!(
+        "{} kernels compiled for {} imported tasks",
+        kernels.len(),
+        tasks.len()
+    );
 }
 
 /// The ReLU at KernelBench's size under the default 8 GiB cap: refused with the config and
