@@ -5,12 +5,17 @@
 //! the problem with the parameters taken from the ABI. Needs a Python with PyTorch (a CPU
 //! wheel is enough): `$CUDAPERF_TORCH_PYTHON`, else `python3` (.ci/run installs PyTorch in a
 //! virtual environment of its own, so that the rest of the suite keeps its NumPy twins);
-//! without one each test prints why it skipped.
+//! without one each test prints why it skipped. The honest kernels of
+//! fixtures/pytorch/kernels are checked against the imported tasks with the real NVRTC.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use cudaperf::candidate::Candidate;
+use cudaperf::compile::{CompileOptions, CompileOutcome, Compiler, Isolation};
 use cudaperf::inputs::HostInputs;
 use cudaperf::originals::{element_f64, run_original, Engine, Tools};
 use cudaperf::task::import::{import_problems, ImportError, ImportOptions};
@@ -162,6 +167,104 @@ fn fixtures_import_or_are_refused_in_one_line() {
     // Output types set the tolerance; integer outputs are exact.
     assert_eq!(tasks["argmax_dim"].tolerance.atol, 0.0);
     assert!(tasks["gelu_fp16"].tolerance.atol > tasks["softmax"].tolerance.atol);
+}
+
+/// The task a kernel of fixtures/pytorch/kernels is written for: `<task id>.cu`, except the
+/// two ReLU kernels of the full-size `19_relu` task.
+fn kernel_task(stem: &str) -> &str {
+    if stem.starts_with("relu_") {
+        "19_relu"
+    } else {
+        stem
+    }
+}
+
+/// Every honest kernel of fixtures/pytorch/kernels fits its imported task: it parses, its
+/// parameters match the task's ABI, its launch plan resolves for every config (the odd
+/// small ones included) within CUDA's limits, and it compiles for sm_90 with NVRTC; every
+/// imported task has one. One import run for all problems.
+#[test]
+fn honest_kernels_compile_against_their_imported_tasks() {
+    require_nvrtc!();
+    if !torch_here("honest_kernels_compile_against_their_imported_tasks") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let options = ImportOptions {
+        limits: TaskLimits::from_gib(16.0).unwrap(),
+        ..options()
+    };
+    let good = py_files(&fixtures());
+    let tasks: std::collections::BTreeMap<String, Task> =
+        import_problems(&good, out.path(), &options)
+            .into_iter()
+            .zip(&good)
+            .map(|(r, f)| {
+                let t = r.unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                (t.id.clone(), t)
+            })
+            .collect();
+    let compiler = Compiler::new(CompileOptions {
+        isolation: Isolation::InProcess, // the crate's own trusted sources
+        ..Default::default()
+    })
+    .expect("compiler");
+    let mut kernels: Vec<PathBuf> = std::fs::read_dir(fixtures().join("kernels"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+        .collect();
+    kernels.sort();
+    let mut failures = Vec::new();
+    let mut covered = std::collections::BTreeSet::new();
+    for path in &kernels {
+        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+        let Some(task) = tasks.get(kernel_task(&stem)) else {
+            failures.push(format!(
+                "{stem}.cu: no imported task `{}`",
+                kernel_task(&stem)
+            ));
+            continue;
+        };
+        covered.insert(task.id.clone());
+        let source = std::fs::read_to_string(path).unwrap();
+        let mut cand = match Candidate::parse(&source) {
+            Ok(c) => c,
+            Err(e) => {
+                failures.push(format!("{stem}.cu: {e}"));
+                continue;
+            }
+        };
+        if let Err(e) = cand.check_abi(task) {
+            failures.push(format!("{stem}.cu: {e}"));
+            continue;
+        }
+        for cfg in &task.configs {
+            if let Err(e) = cand.resolve(task, cfg, &Default::default()) {
+                failures.push(format!("{stem}.cu, config `{}`: {e}", cfg.name));
+            }
+        }
+        match compiler.compile(&cand) {
+            CompileOutcome::Compiled { module, .. } => {
+                assert!(!module.kernels.is_empty(), "{stem}.cu: no kernel compiled");
+            }
+            other => failures.push(format!(
+                "{stem}.cu: {:?}",
+                cudaperf::pipeline::compile_stage_of(&other, "sm_90", Isolation::InProcess)
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    let missing: Vec<&String> = tasks.keys().filter(|id| !covered.contains(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "imported tasks without a kernel: {missing:?}"
+    );
+    println!(
+        "{} kernels compiled for {} imported tasks",
+        kernels.len(),
+        tasks.len()
+    );
 }
 
 /// The ReLU at KernelBench's size under the default 8 GiB cap: refused with the config and
