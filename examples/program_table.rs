@@ -57,6 +57,15 @@ struct Args {
     /// Refresh the static columns (structure, ranker) of this table on the CPU.
     #[arg(long)]
     static_only: Option<PathBuf>,
+    /// Refresh only the ranker columns of this table on the CPU, from each row's source and
+    /// task alone (no compile: features, launch plan and the model), with --ranker-model;
+    /// writes --out (default: the table itself).
+    #[arg(long)]
+    ranker_only: Option<PathBuf>,
+    /// The ranker model folder for --static-only and --ranker-only (default: the shipped
+    /// fixtures/models/ranker).
+    #[arg(long)]
+    ranker_model: Option<PathBuf>,
     /// Measure only these programs: a file of `task hash` lines (e.g. the final programs
     /// of a replayed ablation, to re-measure them); use with a fresh `--out`.
     #[arg(long)]
@@ -67,6 +76,12 @@ struct Args {
     /// Print the space's sizes and hazard-free shares (no evaluation) and exit.
     #[arg(long)]
     space: bool,
+    /// Write every knob combination of the selected tasks as `task hash k0,k1,..` lines
+    /// (after a `#knobs task name:kind:options ...` line per task) to this file (no
+    /// evaluation) and exit: the map from combinations to programs that a
+    /// script needs to pick `--only` lists (tools/gpu/rl-select.py).
+    #[arg(long)]
+    hashes: Option<PathBuf>,
     /// Write a BOOKKEEPING FIXTURE (tests only) to this file: a small sub-space (every
     /// hazard, two options of three speed knobs), real CPU stages, and GPU columns made up
     /// from the hazards (correct iff hazard-free) and a speed formula, every row marked
@@ -109,6 +124,9 @@ fn run(args: Args) -> Result<(), String> {
         return Ok(());
     }
     let tasks = selected(&args.tasks)?;
+    if let Some(path) = &args.hashes {
+        return write_hashes(path, &tasks);
+    }
     if args.space {
         println!("task          knobs  combos  distinct  hazard-free");
         for t in &tasks {
@@ -133,11 +151,45 @@ fn run(args: Args) -> Result<(), String> {
     if let Some(path) = &args.bookkeeping_fixture {
         return bookkeeping_fixture(path, &tasks, &fixtures);
     }
+    let model = args
+        .ranker_model
+        .clone()
+        .unwrap_or_else(|| fixtures.join("models/ranker"));
     if let Some(path) = &args.static_only {
         let out = args.out.clone().unwrap_or_else(|| path.clone());
-        return refresh_static(path, &out, &fixtures);
+        return refresh_static(path, &out, &fixtures, &model);
+    }
+    if let Some(path) = &args.ranker_only {
+        let out = args.out.clone().unwrap_or_else(|| path.clone());
+        return refresh_ranker(path, &out, &fixtures, &model);
     }
     measure(&args, &tasks, &fixtures)
+}
+
+/// See `--hashes`.
+fn write_hashes(path: &Path, tasks: &[&'static SpaceTask]) -> Result<(), String> {
+    let mut out = String::new();
+    for t in tasks {
+        // A header per task: `#knobs task name:hazard|speed:opt|opt ...`.
+        let knobs: Vec<String> = t
+            .knobs
+            .iter()
+            .map(|k| {
+                let kind = if k.hazard { "hazard" } else { "speed" };
+                format!("{}:{kind}:{}", k.name, k.options.join("|"))
+            })
+            .collect();
+        out += &format!("#knobs {} {}\n", t.id, knobs.join(" "));
+        for d in t.distinct() {
+            for c in &d.choices {
+                let knobs: Vec<String> = c.iter().map(|v| v.to_string()).collect();
+                out += &format!("{} {} {}\n", t.id, d.hash, knobs.join(","));
+            }
+        }
+    }
+    std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
 }
 
 fn selected(ids: &[String]) -> Result<Vec<&'static SpaceTask>, String> {
@@ -331,12 +383,12 @@ fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result
 /// Recomputes the structure and ranker columns of every row on the CPU (the programs are
 /// rendered again from their knobs; a row whose source no longer matches its hash is an
 /// error: the space changed since the table was measured).
-fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String> {
+fn refresh_static(path: &Path, out: &Path, fixtures: &Path, model: &Path) -> Result<(), String> {
     let start = Instant::now();
     let mut rows = table::read(path)?;
     let mut o = EvalOptions {
         no_gpu: true,
-        ranker_model: Some(fixtures.join("models/ranker")),
+        ranker_model: Some(model.to_path_buf()),
         ..EvalOptions::default()
     };
     // The space's kernels are this repository's own: compiled in-process (trusted).
@@ -381,15 +433,117 @@ fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String
         }
         println!("{} {id}: {} rows refreshed", stamp(start), idx.len());
     }
+    write_rows(&rows, out)
+}
+
+/// Writes a whole table through a temporary file (the input may be the output).
+fn write_rows(rows: &[table::Row], out: &Path) -> Result<(), String> {
     let tmp = out.with_extension("tmp");
     {
         let mut f = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        table::append(&mut f, &rows)?;
+        table::append(&mut f, rows)?;
         f.flush().map_err(|e| e.to_string())?;
     }
     std::fs::rename(&tmp, out).map_err(|e| format!("{}: {e}", out.display()))?;
     println!("wrote {}", out.display());
     Ok(())
+}
+
+/// Recomputes the ranker columns of every row from its source and task alone: the
+/// features of the parsed source, its launch plan on the task's timed configuration (for a
+/// model with launch-plan features) and the model's member scores against the task's
+/// reference — what the pipeline's ranker stage computes, without its compile, extract
+/// and structure stages (the ranker reads none of their results but the parse). The rows
+/// are split over the machine's cores.
+fn refresh_ranker(path: &Path, out: &Path, fixtures: &Path, model: &Path) -> Result<(), String> {
+    use cudaperf::candidate::PlanLimits;
+    use cudaperf::ranker::{features_for, FeatureSet, TimedPlan, TrainedRanker};
+    use cudaperf::reward::RankerStage;
+    let start = Instant::now();
+    let mut rows = table::read(path)?;
+    let ranker = TrainedRanker::load_unchecked(model)
+        .map_err(|e| format!("--ranker-model {}: {e}", model.display()))?;
+    let names = ranker.feature_names().to_vec();
+    let launch = FeatureSet::of(&names).needs_plan();
+    let limits = PlanLimits::default();
+    let origin = model.display().to_string();
+    let mut tasks: std::collections::HashMap<String, (Task, Vec<f32>)> = Default::default();
+    for r in &rows {
+        if tasks.contains_key(&r.task) {
+            continue;
+        }
+        let task = Task::load(fixtures.join("tasks").join(&r.task)).map_err(|e| e.to_string())?;
+        let src = &task.reference.source;
+        let plan = launch
+            .then(|| TimedPlan::of_source(&task, src, &limits, "the task's reference"))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let reference = features_for(src, plan.as_ref().map(|p| p.input(&task, src)).as_ref(), &names)
+            .and_then(|f| ranker.member_scores(&f))
+            .map_err(|e| format!("{} reference: {e}", r.task))?;
+        tasks.insert(r.task.clone(), (task, reference));
+    }
+    // One source's ranker stage (or why there is none).
+    let stage = |r: &table::Row| -> Result<RankerStage, String> {
+        let t = space::task(&r.task).ok_or_else(|| format!("row of unknown task `{}`", r.task))?;
+        let src = t.render(&r.knobs).map_err(|e| e.to_string())?;
+        if space::source_hash(&src) != r.hash {
+            return Err(format!(
+                "{} {} no longer renders its hash {}: the space changed since it was measured",
+                r.task,
+                t.describe(&r.knobs),
+                r.hash
+            ));
+        }
+        let (task, reference) = &tasks[&r.task];
+        let plan = launch
+            .then(|| TimedPlan::of_source(task, &src, &limits, "the candidate"))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let f = features_for(&src, plan.as_ref().map(|p| p.input(task, &src)).as_ref(), &names)
+            .map_err(|e| e.to_string())?;
+        let cand = ranker.member_scores(&f).map_err(|e| e.to_string())?;
+        let verdict = ranker.compare_scores(&cand, reference, Some(&f));
+        let mean = |v: &[f32]| f64::from(v.iter().sum::<f32>()) / v.len().max(1) as f64;
+        Ok(RankerStage {
+            candidate_score: mean(&cand),
+            reference_score: mean(reference),
+            prob_faster: f64::from(verdict.prob_faster),
+            model: origin.clone(),
+            error: None,
+            uncertainty: Some(f64::from(verdict.uncertainty)),
+            out_of_range: Some(f64::from(verdict.out_of_range)),
+        })
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = rows.len().div_ceil(threads).max(1);
+    let stages: Vec<Result<RankerStage, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = rows
+            .chunks(chunk)
+            .map(|part| s.spawn(|| part.iter().map(stage).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|_| vec![Err("scoring thread panicked".into())]))
+            .collect()
+    });
+    if stages.len() != rows.len() {
+        return Err("ranker scoring lost rows (a thread panicked)".into());
+    }
+    for (r, st) in rows.iter_mut().zip(stages) {
+        let st = st.map_err(|e| format!("{}: {e}", path.display()))?;
+        r.ranker_margin = Some(st.candidate_score - st.reference_score);
+        r.ranker_prob = Some(st.prob_faster);
+        r.stages.ranker = Some(st);
+    }
+    println!(
+        "{} {} rows scored with {} ({} threads)",
+        stamp(start),
+        rows.len(),
+        model.display(),
+        threads
+    );
+    write_rows(&rows, out)
 }
 
 /// See `--bookkeeping-fixture`.
