@@ -22,10 +22,11 @@ echo "# $(date -u) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noh
 "$D/program_table" --tasks softmax_rows,transpose --only "$D/free.txt" --out "$OUT/phase1.jsonl" \
   --group 24 --budget-s "${P1_S:-260}" >> "$LOG" 2>&1
 echo "phase 1 exit $? after $(since) s" | tee -a "$LOG"
-# Phase 2 measures ~40 hazard programs a second (compile-bound; 2026-12-02 table: 8,970 in
-# ~270 s with three tasks): the largest space that fits the time left, <= 4,400 per task.
+# Phase 2 measures ~33 hazard programs a second (compile-bound; 2026-12-02 table: 8,800 in
+# 267 s with three tasks; 30 assumed): the largest space that fits the time left, <= 4,400
+# per task (15 of 16 programs of a space carry a hazard).
 AVAIL=$(( TOTAL_S - $(since) - 25 ))
-MAX=$(( AVAIL * 36 / 2 * 16 / 15 ))
+MAX=$(( AVAIL * 30 / 2 * 16 / 15 ))
 [ "$MAX" -gt 4400 ] && MAX=4400
 echo "phase 2: $AVAIL s left, at most $MAX programs per task" | tee -a "$LOG"
 python3 "$D/rl-select.py" --hashes "$D/hashes.txt" --table "$OUT/phase1.jsonl" \
