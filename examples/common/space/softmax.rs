@@ -25,7 +25,7 @@ pub const KNOBS: &[Knob] = &[
     Knob { name: "tail", options: &["handled", "assumed"], hazard: true },
     Knob { name: "last_col", options: &["cols", "cols-1"], hazard: true },
     Knob { name: "block", options: &["64", "128", "256", "512", "1024"], hazard: false },
-    Knob { name: "vector", options: &["1", "2", "4"], hazard: false },
+    Knob { name: "vector", options: &["1", "2"], hazard: false },
     Knob { name: "unroll", options: &["1", "2", "4"], hazard: false },
     Knob { name: "stage", options: &["recompute", "in_y"], hazard: false },
     Knob { name: "layout", options: &["coalesced", "segmented"], hazard: false },

@@ -22,7 +22,7 @@ pub const KNOBS: &[Knob] = &[
     Knob { name: "grid_x", options: &["ceil", "floor"], hazard: true },
     Knob { name: "grid_y", options: &["ceil", "floor"], hazard: true },
     Knob { name: "last_row", options: &["M", "M-1"], hazard: true },
-    Knob { name: "shape", options: &["32x4", "64x4", "16x4", "8x8", "8x16", "32x2", "64x2", "128x2"], hazard: false },
+    Knob { name: "shape", options: &["32x4", "64x4", "8x8", "8x16"], hazard: false },
     Knob { name: "rows_per_thread", options: &["1", "2", "4"], hazard: false },
     Knob { name: "pad", options: &["0", "1"], hazard: false },
     Knob { name: "unroll", options: &["none", "2", "full"], hazard: false },
