@@ -12,8 +12,12 @@
 //! program_table --summary table.jsonl                # sparsity figures
 //! # CPU: refresh the structure and ranker columns (a new ranker) of an existing table
 //! program_table --static-only table.jsonl --out table2.jsonl
+//! # CPU: only the ranker columns (a new ranker), from source and task alone: seconds
+//! program_table --ranker-only table.jsonl --ranker-model fixtures/models/ranker-heldout-rl
 //! # CPU: the static sparsity figures of the space (hazard-free share, sizes)
 //! program_table --space
+//! # CPU: the CI sub-table (a few hundred measured rows per task)
+//! program_table --cut table.jsonl.gz --out fixtures/rl/program_table.sub.jsonl.gz
 //! ```
 //! Groups of programs go through `Evaluator::evaluate_groups` (one group per task in each
 //! wave) so that one task's compiles overlap another's GPU work.
@@ -82,12 +86,12 @@ struct Args {
     /// script needs to pick `--only` lists (tools/gpu/rl-select.py).
     #[arg(long)]
     hashes: Option<PathBuf>,
-    /// Write a BOOKKEEPING FIXTURE (tests only) to this file: a small sub-space (every
-    /// hazard, two options of three speed knobs), real CPU stages, and GPU columns made up
-    /// from the hazards (correct iff hazard-free) and a speed formula, every row marked
-    /// `synthetic`. Its outcome means nothing; it tests the replay's bookkeeping.
+    /// Cut a small sub-table from this measured table (a full product of option subsets per
+    /// task: every hazard, the best program's option and its neighbour of the first four
+    /// speed knobs; `table::cut`) and write it to --out (gzipped when it ends in .gz): the
+    /// committed CI table fixtures/rl/program_table.sub.jsonl.gz.
     #[arg(long)]
-    bookkeeping_fixture: Option<PathBuf>,
+    cut: Option<PathBuf>,
     /// Fixtures folder.
     #[arg(long)]
     fixtures: Option<PathBuf>,
@@ -148,8 +152,12 @@ fn run(args: Args) -> Result<(), String> {
         return Ok(());
     }
     let fixtures = common::setup::fixtures_root(args.fixtures.as_deref())?;
-    if let Some(path) = &args.bookkeeping_fixture {
-        return bookkeeping_fixture(path, &tasks, &fixtures);
+    if let Some(path) = &args.cut {
+        let out = args
+            .out
+            .clone()
+            .ok_or("--cut needs --out (the sub-table to write)")?;
+        return cut_table(path, &out);
     }
     let model = args
         .ranker_model
@@ -247,7 +255,7 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result<(), String> {
     let start = Instant::now();
     if !common::setup::gpu_present() {
-        return Err("measuring the table needs a GPU (none found); --space, --summary and --static-only run without one".into());
+        return Err("measuring the table needs a GPU (none found); --space, --summary, --hashes, --cut, --static-only and --ranker-only run without one".into());
     }
     let (shard, shards) = args
         .shard
@@ -449,236 +457,72 @@ fn write_rows(rows: &[table::Row], out: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Recomputes the ranker columns of every row from its source and task alone: the
-/// features of the parsed source, its launch plan on the task's timed configuration (for a
-/// model with launch-plan features) and the model's member scores against the task's
-/// reference — what the pipeline's ranker stage computes, without its compile, extract
-/// and structure stages (the ranker reads none of their results but the parse). The rows
-/// are split over the machine's cores.
+/// Recomputes the ranker columns of every row from its source and task alone
+/// ([`table::RankerScorer`]: no compile, extract or structure stage), the rows split over
+/// the machine's cores.
 fn refresh_ranker(path: &Path, out: &Path, fixtures: &Path, model: &Path) -> Result<(), String> {
-    use cudaperf::candidate::PlanLimits;
-    use cudaperf::ranker::{features_for, FeatureSet, TimedPlan, TrainedRanker};
-    use cudaperf::reward::RankerStage;
     let start = Instant::now();
     let mut rows = table::read(path)?;
-    let ranker = TrainedRanker::load_unchecked(model)
-        .map_err(|e| format!("--ranker-model {}: {e}", model.display()))?;
-    let names = ranker.feature_names().to_vec();
-    let launch = FeatureSet::of(&names).needs_plan();
-    let limits = PlanLimits::default();
-    let origin = model.display().to_string();
-    let mut tasks: std::collections::HashMap<String, (Task, Vec<f32>)> = Default::default();
+    let mut scorer = table::RankerScorer::new(model)?;
     for r in &rows {
-        if tasks.contains_key(&r.task) {
-            continue;
-        }
-        let task = Task::load(fixtures.join("tasks").join(&r.task)).map_err(|e| e.to_string())?;
-        let src = &task.reference.source;
-        let plan = launch
-            .then(|| TimedPlan::of_source(&task, src, &limits, "the task's reference"))
-            .transpose()
-            .map_err(|e| e.to_string())?;
-        let reference = features_for(src, plan.as_ref().map(|p| p.input(&task, src)).as_ref(), &names)
-            .and_then(|f| ranker.member_scores(&f))
-            .map_err(|e| format!("{} reference: {e}", r.task))?;
-        tasks.insert(r.task.clone(), (task, reference));
+        scorer.add_task(fixtures, &r.task)?;
     }
-    // One source's ranker stage (or why there is none).
-    let stage = |r: &table::Row| -> Result<RankerStage, String> {
-        let t = space::task(&r.task).ok_or_else(|| format!("row of unknown task `{}`", r.task))?;
-        let src = t.render(&r.knobs).map_err(|e| e.to_string())?;
-        if space::source_hash(&src) != r.hash {
-            return Err(format!(
-                "{} {} no longer renders its hash {}: the space changed since it was measured",
-                r.task,
-                t.describe(&r.knobs),
-                r.hash
-            ));
-        }
-        let (task, reference) = &tasks[&r.task];
-        let plan = launch
-            .then(|| TimedPlan::of_source(task, &src, &limits, "the candidate"))
-            .transpose()
-            .map_err(|e| e.to_string())?;
-        let f = features_for(&src, plan.as_ref().map(|p| p.input(task, &src)).as_ref(), &names)
-            .map_err(|e| e.to_string())?;
-        let cand = ranker.member_scores(&f).map_err(|e| e.to_string())?;
-        let verdict = ranker.compare_scores(&cand, reference, Some(&f));
-        let mean = |v: &[f32]| f64::from(v.iter().sum::<f32>()) / v.len().max(1) as f64;
-        Ok(RankerStage {
-            candidate_score: mean(&cand),
-            reference_score: mean(reference),
-            prob_faster: f64::from(verdict.prob_faster),
-            model: origin.clone(),
-            error: None,
-            uncertainty: Some(f64::from(verdict.uncertainty)),
-            out_of_range: Some(f64::from(verdict.out_of_range)),
-        })
-    };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = rows.len().div_ceil(threads).max(1);
-    let stages: Vec<Result<RankerStage, String>> = std::thread::scope(|s| {
+    let scorer = &scorer;
+    let stages: Vec<Result<cudaperf::reward::RankerStage, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = rows
             .chunks(chunk)
-            .map(|part| s.spawn(|| part.iter().map(stage).collect::<Vec<_>>()))
+            .map(|part| s.spawn(move || part.iter().map(|r| scorer.stage(r)).collect::<Vec<_>>()))
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|_| vec![Err("scoring thread panicked".into())]))
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| vec![Err("scoring thread panicked".into())])
+            })
             .collect()
     });
     if stages.len() != rows.len() {
         return Err("ranker scoring lost rows (a thread panicked)".into());
     }
     for (r, st) in rows.iter_mut().zip(stages) {
-        let st = st.map_err(|e| format!("{}: {e}", path.display()))?;
-        r.ranker_margin = Some(st.candidate_score - st.reference_score);
-        r.ranker_prob = Some(st.prob_faster);
-        r.stages.ranker = Some(st);
+        table::set_ranker(r, st.map_err(|e| format!("{}: {e}", path.display()))?);
     }
     println!(
-        "{} {} rows scored with {} ({} threads)",
+        "{} {} rows scored with {} ({threads} threads)",
         stamp(start),
         rows.len(),
-        model.display(),
-        threads
+        model.display()
     );
     write_rows(&rows, out)
 }
 
-/// See `--bookkeeping-fixture`.
-fn bookkeeping_fixture(
-    out: &Path,
-    tasks: &[&'static SpaceTask],
-    fixtures: &Path,
-) -> Result<(), String> {
-    // A real H200 report supplies the shape of the GPU stages (device, configs, timing fields).
-    let template_path =
-        fixtures.join("../docs/gpu-runs/2026-11-29-score-softmax-warp_per_row_shuffle.json");
-    let template: cudaperf::reward::RewardReport = serde_json::from_str(
-        &std::fs::read_to_string(&template_path)
-            .map_err(|e| format!("{}: {e}", template_path.display()))?,
-    )
-    .map_err(|e| format!("{}: {e}", template_path.display()))?;
-    let mut o = EvalOptions {
-        no_gpu: true,
-        ranker_model: Some(fixtures.join("models/ranker")),
-        ..EvalOptions::default()
-    };
-    o.compile.isolation = cudaperf::compile::Isolation::InProcess;
-    let evaluator = Evaluator::new(o).map_err(|e| e.to_string())?;
-    let mut rows = Vec::new();
-    for t in tasks {
-        let task = Task::load(fixtures.join("tasks").join(t.id)).map_err(|e| e.to_string())?;
-        // Every hazard option; options 0 and 1 of the first three speed knobs; option 0 of
-        // the others.
-        let mut speed_seen = 0;
-        let allowed: Vec<usize> = t
-            .knobs
-            .iter()
-            .map(|k| {
-                if k.hazard {
-                    k.options.len()
-                } else {
-                    speed_seen += 1;
-                    if speed_seen <= 3 {
-                        2
-                    } else {
-                        1
-                    }
-                }
-            })
-            .collect();
-        let total: usize = allowed.iter().product();
-        let mut ds: Vec<Distinct> = Vec::new();
-        for mut n in 0..total {
-            let mut c = vec![0; allowed.len()];
-            for i in (0..c.len()).rev() {
-                c[i] = n % allowed[i];
-                n /= allowed[i];
-            }
-            let source = t.render(&c).map_err(|e| e.to_string())?;
-            ds.push(Distinct {
-                hash: space::source_hash(&source),
-                source,
-                choices: vec![c],
-            });
-        }
-        let subs: Vec<Submission> = ds
-            .iter()
-            .map(|d| Submission::from_source(d.source.clone()))
-            .collect();
-        let evals = evaluator.evaluate_batch(&task, &subs, Stage::Ranker);
-        for (d, e) in ds.iter().zip(evals) {
-            let c = &d.choices[0];
-            let safe = t.hazards(c).is_empty();
-            let mut stages = e.stages;
-            stages.execute = template.stages.execute.clone();
-            let mut corr = template
-                .stages
-                .correctness
-                .clone()
-                .ok_or("template without correctness")?;
-            corr.passed = safe;
-            corr.pass_rate = if safe { 1.0 } else { 0.0 };
-            for cfg in &mut corr.configs {
-                cfg.passed = safe;
-            }
-            stages.correctness = Some(corr);
-            stages.timing = if safe {
-                let mut tm = template
-                    .stages
-                    .timing
-                    .clone()
-                    .ok_or("template without timing")?;
-                // Made-up speed: a factor per option of the three varied speed knobs.
-                let speed: Vec<usize> = t
-                    .knobs
-                    .iter()
-                    .zip(c)
-                    .filter(|(k, _)| !k.hazard)
-                    .map(|(_, &v)| v)
-                    .collect();
-                let s = [1.6, 1.3, 1.15]
-                    .iter()
-                    .zip(&speed)
-                    .map(|(f, &v)| if v == 1 { *f } else { 1.0 })
-                    .product::<f64>();
-                tm.speedup = s;
-                tm.raw_speedup = s;
-                tm.ci95 = [0.98 * s, 1.02 * s];
-                tm.candidate_us = tm.reference_us / s;
-                tm.within_noise = false;
-                tm.implausible = false;
-                Some(tm)
-            } else {
-                None
-            };
-            let verdict = cudaperf::reward::Evaluation::from_stages(stages.clone()).verdict();
-            let want = if safe {
-                Verdict::Correct
-            } else {
-                Verdict::Incorrect
-            };
-            if verdict != want {
-                return Err(format!(
-                    "{} {}: synthetic stages read as {verdict:?}, not {want:?}",
-                    t.id,
-                    t.describe(c)
-                ));
-            }
-            let mut row = table::row_from(t, d, verdict, stages);
-            row.synthetic = true;
-            rows.push(row);
-        }
-        println!("{}: {} rows", t.id, ds.len());
+/// See `--cut`.
+fn cut_table(path: &Path, out: &Path) -> Result<(), String> {
+    let rows = table::read(path)?;
+    let sub = table::cut(&rows, 4)?;
+    let text = sub
+        .iter()
+        .map(|r| serde_json::to_string(r).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?
+        .join("\n")
+        + "\n";
+    if out.extension().is_some_and(|e| e == "gz") {
+        let f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let mut gz = flate2::write::GzEncoder::new(f, flate2::Compression::best());
+        gz.write_all(text.as_bytes())
+            .and_then(|_| gz.finish().map(drop))
+            .map_err(|e| format!("{}: {e}", out.display()))?;
+    } else {
+        std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
     }
-    let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    table::append(&mut f, &rows)?;
     println!(
-        "wrote {} (BOOKKEEPING FIXTURE: synthetic GPU columns)",
-        out.display()
+        "wrote {} ({} rows cut from {})",
+        out.display(),
+        sub.len(),
+        path.display()
     );
-    print!("{}", table::sparsity_text(&table::sparsity(&rows)));
+    print!("{}", table::sparsity_text(&table::sparsity(&sub)));
     Ok(())
 }
