@@ -9,8 +9,8 @@
 //! `replay_table/reward_and_advantages_64`: the replayed ablation's per-group cost (issue 21):
 //! the unified reward of 64 rows of a program table, each with a fresh draw of its timing
 //! noise, then GRPO advantages over the 64 (target ≤ 50 µs). The table is
-//! `$CUDAPERF_TABLE`, else the committed bookkeeping fixture (its rows have real CPU stages;
-//! the cost does not depend on the made-up GPU numbers).
+//! `$CUDAPERF_TABLE`, else the committed CI sub-table (256 measured rows per task cut from
+//! the H200 table, `fixtures/rl/program_table.sub.jsonl.gz`).
 
 #[path = "../examples/common/mod.rs"]
 #[allow(unused_imports)]
@@ -140,7 +140,7 @@ fn bench_replay(c: &mut Criterion) {
     let root = root();
     let path = std::env::var_os("CUDAPERF_TABLE")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("fixtures/rl/program_table.bookkeeping.jsonl"));
+        .unwrap_or_else(|| root.join("fixtures/rl/program_table.sub.jsonl.gz"));
     let rows = common::table::read(&path).expect("program table");
     let tasks = common::replay::load_tasks(rows, &root.join("fixtures"), &["softmax_rows".into()])
         .expect("table task");

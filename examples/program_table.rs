@@ -12,8 +12,12 @@
 //! program_table --summary table.jsonl                # sparsity figures
 //! # CPU: refresh the structure and ranker columns (a new ranker) of an existing table
 //! program_table --static-only table.jsonl --out table2.jsonl
+//! # CPU: only the ranker columns (a new ranker), from source and task alone: seconds
+//! program_table --ranker-only table.jsonl --ranker-model fixtures/models/ranker-heldout-rl
 //! # CPU: the static sparsity figures of the space (hazard-free share, sizes)
 //! program_table --space
+//! # CPU: the CI sub-table (a few hundred measured rows per task)
+//! program_table --cut table.jsonl.gz --out fixtures/rl/program_table.sub.jsonl.gz
 //! ```
 //! Groups of programs go through `Evaluator::evaluate_groups` (one group per task in each
 //! wave) so that one task's compiles overlap another's GPU work.
@@ -57,6 +61,15 @@ struct Args {
     /// Refresh the static columns (structure, ranker) of this table on the CPU.
     #[arg(long)]
     static_only: Option<PathBuf>,
+    /// Refresh only the ranker columns of this table on the CPU, from each row's source and
+    /// task alone (no compile: features, launch plan and the model), with --ranker-model;
+    /// writes --out (default: the table itself).
+    #[arg(long)]
+    ranker_only: Option<PathBuf>,
+    /// The ranker model folder for --static-only and --ranker-only (default: the shipped
+    /// fixtures/models/ranker).
+    #[arg(long)]
+    ranker_model: Option<PathBuf>,
     /// Measure only these programs: a file of `task hash` lines (e.g. the final programs
     /// of a replayed ablation, to re-measure them); use with a fresh `--out`.
     #[arg(long)]
@@ -67,12 +80,18 @@ struct Args {
     /// Print the space's sizes and hazard-free shares (no evaluation) and exit.
     #[arg(long)]
     space: bool,
-    /// Write a BOOKKEEPING FIXTURE (tests only) to this file: a small sub-space (every
-    /// hazard, two options of three speed knobs), real CPU stages, and GPU columns made up
-    /// from the hazards (correct iff hazard-free) and a speed formula, every row marked
-    /// `synthetic`. Its outcome means nothing; it tests the replay's bookkeeping.
+    /// Write every knob combination of the selected tasks as `task hash k0,k1,..` lines
+    /// (after a `#knobs task name:kind:options ...` line per task) to this file (no
+    /// evaluation) and exit: the map from combinations to programs that a
+    /// script needs to pick `--only` lists (tools/gpu/rl-select.py).
     #[arg(long)]
-    bookkeeping_fixture: Option<PathBuf>,
+    hashes: Option<PathBuf>,
+    /// Cut a small sub-table from this measured table (a full product of option subsets per
+    /// task: every hazard, the best program's option and its neighbour of the first four
+    /// speed knobs; `table::cut`) and write it to --out (gzipped when it ends in .gz): the
+    /// committed CI table fixtures/rl/program_table.sub.jsonl.gz.
+    #[arg(long)]
+    cut: Option<PathBuf>,
     /// Fixtures folder.
     #[arg(long)]
     fixtures: Option<PathBuf>,
@@ -109,6 +128,9 @@ fn run(args: Args) -> Result<(), String> {
         return Ok(());
     }
     let tasks = selected(&args.tasks)?;
+    if let Some(path) = &args.hashes {
+        return write_hashes(path, &tasks);
+    }
     if args.space {
         println!("task          knobs  combos  distinct  hazard-free");
         for t in &tasks {
@@ -130,14 +152,52 @@ fn run(args: Args) -> Result<(), String> {
         return Ok(());
     }
     let fixtures = common::setup::fixtures_root(args.fixtures.as_deref())?;
-    if let Some(path) = &args.bookkeeping_fixture {
-        return bookkeeping_fixture(path, &tasks, &fixtures);
+    if let Some(path) = &args.cut {
+        let out = args
+            .out
+            .clone()
+            .ok_or("--cut needs --out (the sub-table to write)")?;
+        return cut_table(path, &out);
     }
+    let model = args
+        .ranker_model
+        .clone()
+        .unwrap_or_else(|| fixtures.join("models/ranker"));
     if let Some(path) = &args.static_only {
         let out = args.out.clone().unwrap_or_else(|| path.clone());
-        return refresh_static(path, &out, &fixtures);
+        return refresh_static(path, &out, &fixtures, &model);
+    }
+    if let Some(path) = &args.ranker_only {
+        let out = args.out.clone().unwrap_or_else(|| path.clone());
+        return refresh_ranker(path, &out, &fixtures, &model);
     }
     measure(&args, &tasks, &fixtures)
+}
+
+/// See `--hashes`.
+fn write_hashes(path: &Path, tasks: &[&'static SpaceTask]) -> Result<(), String> {
+    let mut out = String::new();
+    for t in tasks {
+        // A header per task: `#knobs task name:hazard|speed:opt|opt ...`.
+        let knobs: Vec<String> = t
+            .knobs
+            .iter()
+            .map(|k| {
+                let kind = if k.hazard { "hazard" } else { "speed" };
+                format!("{}:{kind}:{}", k.name, k.options.join("|"))
+            })
+            .collect();
+        out += &format!("#knobs {} {}\n", t.id, knobs.join(" "));
+        for d in t.distinct() {
+            for c in &d.choices {
+                let knobs: Vec<String> = c.iter().map(|v| v.to_string()).collect();
+                out += &format!("{} {} {}\n", t.id, d.hash, knobs.join(","));
+            }
+        }
+    }
+    std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
 }
 
 fn selected(ids: &[String]) -> Result<Vec<&'static SpaceTask>, String> {
@@ -195,7 +255,7 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result<(), String> {
     let start = Instant::now();
     if !common::setup::gpu_present() {
-        return Err("measuring the table needs a GPU (none found); --space, --summary and --static-only run without one".into());
+        return Err("measuring the table needs a GPU (none found); --space, --summary, --hashes, --cut, --static-only and --ranker-only run without one".into());
     }
     let (shard, shards) = args
         .shard
@@ -331,12 +391,12 @@ fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result
 /// Recomputes the structure and ranker columns of every row on the CPU (the programs are
 /// rendered again from their knobs; a row whose source no longer matches its hash is an
 /// error: the space changed since the table was measured).
-fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String> {
+fn refresh_static(path: &Path, out: &Path, fixtures: &Path, model: &Path) -> Result<(), String> {
     let start = Instant::now();
     let mut rows = table::read(path)?;
     let mut o = EvalOptions {
         no_gpu: true,
-        ranker_model: Some(fixtures.join("models/ranker")),
+        ranker_model: Some(model.to_path_buf()),
         ..EvalOptions::default()
     };
     // The space's kernels are this repository's own: compiled in-process (trusted).
@@ -381,10 +441,15 @@ fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String
         }
         println!("{} {id}: {} rows refreshed", stamp(start), idx.len());
     }
+    write_rows(&rows, out)
+}
+
+/// Writes a whole table through a temporary file (the input may be the output).
+fn write_rows(rows: &[table::Row], out: &Path) -> Result<(), String> {
     let tmp = out.with_extension("tmp");
     {
         let mut f = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        table::append(&mut f, &rows)?;
+        table::append(&mut f, rows)?;
         f.flush().map_err(|e| e.to_string())?;
     }
     std::fs::rename(&tmp, out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -392,139 +457,72 @@ fn refresh_static(path: &Path, out: &Path, fixtures: &Path) -> Result<(), String
     Ok(())
 }
 
-/// See `--bookkeeping-fixture`.
-fn bookkeeping_fixture(
-    out: &Path,
-    tasks: &[&'static SpaceTask],
-    fixtures: &Path,
-) -> Result<(), String> {
-    // A real H200 report supplies the shape of the GPU stages (device, configs, timing fields).
-    let template_path =
-        fixtures.join("../docs/gpu-runs/2026-11-29-score-softmax-warp_per_row_shuffle.json");
-    let template: cudaperf::reward::RewardReport = serde_json::from_str(
-        &std::fs::read_to_string(&template_path)
-            .map_err(|e| format!("{}: {e}", template_path.display()))?,
-    )
-    .map_err(|e| format!("{}: {e}", template_path.display()))?;
-    let mut o = EvalOptions {
-        no_gpu: true,
-        ranker_model: Some(fixtures.join("models/ranker")),
-        ..EvalOptions::default()
-    };
-    o.compile.isolation = cudaperf::compile::Isolation::InProcess;
-    let evaluator = Evaluator::new(o).map_err(|e| e.to_string())?;
-    let mut rows = Vec::new();
-    for t in tasks {
-        let task = Task::load(fixtures.join("tasks").join(t.id)).map_err(|e| e.to_string())?;
-        // Every hazard option; options 0 and 1 of the first three speed knobs; option 0 of
-        // the others.
-        let mut speed_seen = 0;
-        let allowed: Vec<usize> = t
-            .knobs
-            .iter()
-            .map(|k| {
-                if k.hazard {
-                    k.options.len()
-                } else {
-                    speed_seen += 1;
-                    if speed_seen <= 3 {
-                        2
-                    } else {
-                        1
-                    }
-                }
-            })
-            .collect();
-        let total: usize = allowed.iter().product();
-        let mut ds: Vec<Distinct> = Vec::new();
-        for mut n in 0..total {
-            let mut c = vec![0; allowed.len()];
-            for i in (0..c.len()).rev() {
-                c[i] = n % allowed[i];
-                n /= allowed[i];
-            }
-            let source = t.render(&c).map_err(|e| e.to_string())?;
-            ds.push(Distinct {
-                hash: space::source_hash(&source),
-                source,
-                choices: vec![c],
-            });
-        }
-        let subs: Vec<Submission> = ds
-            .iter()
-            .map(|d| Submission::from_source(d.source.clone()))
-            .collect();
-        let evals = evaluator.evaluate_batch(&task, &subs, Stage::Ranker);
-        for (d, e) in ds.iter().zip(evals) {
-            let c = &d.choices[0];
-            let safe = t.hazards(c).is_empty();
-            let mut stages = e.stages;
-            stages.execute = template.stages.execute.clone();
-            let mut corr = template
-                .stages
-                .correctness
-                .clone()
-                .ok_or("template without correctness")?;
-            corr.passed = safe;
-            corr.pass_rate = if safe { 1.0 } else { 0.0 };
-            for cfg in &mut corr.configs {
-                cfg.passed = safe;
-            }
-            stages.correctness = Some(corr);
-            stages.timing = if safe {
-                let mut tm = template
-                    .stages
-                    .timing
-                    .clone()
-                    .ok_or("template without timing")?;
-                // Made-up speed: a factor per option of the three varied speed knobs.
-                let speed: Vec<usize> = t
-                    .knobs
-                    .iter()
-                    .zip(c)
-                    .filter(|(k, _)| !k.hazard)
-                    .map(|(_, &v)| v)
-                    .collect();
-                let s = [1.6, 1.3, 1.15]
-                    .iter()
-                    .zip(&speed)
-                    .map(|(f, &v)| if v == 1 { *f } else { 1.0 })
-                    .product::<f64>();
-                tm.speedup = s;
-                tm.raw_speedup = s;
-                tm.ci95 = [0.98 * s, 1.02 * s];
-                tm.candidate_us = tm.reference_us / s;
-                tm.within_noise = false;
-                tm.implausible = false;
-                Some(tm)
-            } else {
-                None
-            };
-            let verdict = cudaperf::reward::Evaluation::from_stages(stages.clone()).verdict();
-            let want = if safe {
-                Verdict::Correct
-            } else {
-                Verdict::Incorrect
-            };
-            if verdict != want {
-                return Err(format!(
-                    "{} {}: synthetic stages read as {verdict:?}, not {want:?}",
-                    t.id,
-                    t.describe(c)
-                ));
-            }
-            let mut row = table::row_from(t, d, verdict, stages);
-            row.synthetic = true;
-            rows.push(row);
-        }
-        println!("{}: {} rows", t.id, ds.len());
+/// Recomputes the ranker columns of every row from its source and task alone
+/// ([`table::RankerScorer`]: no compile, extract or structure stage), the rows split over
+/// the machine's cores.
+fn refresh_ranker(path: &Path, out: &Path, fixtures: &Path, model: &Path) -> Result<(), String> {
+    let start = Instant::now();
+    let mut rows = table::read(path)?;
+    let mut scorer = table::RankerScorer::new(model)?;
+    for r in &rows {
+        scorer.add_task(fixtures, &r.task)?;
     }
-    let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    table::append(&mut f, &rows)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = rows.len().div_ceil(threads).max(1);
+    let scorer = &scorer;
+    let stages: Vec<Result<cudaperf::reward::RankerStage, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = rows
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().map(|r| scorer.stage(r)).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| vec![Err("scoring thread panicked".into())])
+            })
+            .collect()
+    });
+    if stages.len() != rows.len() {
+        return Err("ranker scoring lost rows (a thread panicked)".into());
+    }
+    for (r, st) in rows.iter_mut().zip(stages) {
+        table::set_ranker(r, st.map_err(|e| format!("{}: {e}", path.display()))?);
+    }
     println!(
-        "wrote {} (BOOKKEEPING FIXTURE: synthetic GPU columns)",
-        out.display()
+        "{} {} rows scored with {} ({threads} threads)",
+        stamp(start),
+        rows.len(),
+        model.display()
     );
-    print!("{}", table::sparsity_text(&table::sparsity(&rows)));
+    write_rows(&rows, out)
+}
+
+/// See `--cut`.
+fn cut_table(path: &Path, out: &Path) -> Result<(), String> {
+    let rows = table::read(path)?;
+    let sub = table::cut(&rows, 4)?;
+    let text = sub
+        .iter()
+        .map(|r| serde_json::to_string(r).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?
+        .join("\n")
+        + "\n";
+    if out.extension().is_some_and(|e| e == "gz") {
+        let f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let mut gz = flate2::write::GzEncoder::new(f, flate2::Compression::best());
+        gz.write_all(text.as_bytes())
+            .and_then(|_| gz.finish().map(drop))
+            .map_err(|e| format!("{}: {e}", out.display()))?;
+    } else {
+        std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
+    println!(
+        "wrote {} ({} rows cut from {})",
+        out.display(),
+        sub.len(),
+        path.display()
+    );
+    print!("{}", table::sparsity_text(&table::sparsity(&sub)));
     Ok(())
 }

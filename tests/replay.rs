@@ -1,14 +1,16 @@
-//! The replayed ablation of issue 21 on the committed BOOKKEEPING FIXTURE
-//! (`fixtures/rl/program_table.bookkeeping.jsonl`: real CPU stages, GPU columns made up from
-//! the hazard knobs, every row marked `synthetic`). It checks the sparsity figures and every
-//! arm's bookkeeping, never an outcome; and that `Evaluation::from_stages` lets the crate's
-//! presets score stored stages (a real H200 report) as they would the evaluation.
+//! The replayed ablation of issue 21 on the committed CI sub-table
+//! (`fixtures/rl/program_table.sub.jsonl.gz`: 256 rows per task cut from the measured H200
+//! table `docs/rl/table/program_table.jsonl.gz` by `program_table --cut`). It checks the
+//! sub-table's sparsity figures and every arm's bookkeeping, never an outcome; that the
+//! sub-table is the cut of the committed table; that its ranker columns are the held-out
+//! ranker's and equal the pipeline's ranker stage; and that `Evaluation::from_stages` lets
+//! the crate's presets score stored stages (a real H200 report) as they would the evaluation.
 
 #[path = "../examples/common/mod.rs"]
 mod excommon;
 
 use cudaperf::reward::{
-    presets, Context, EvalOptions, Evaluation, Evaluator, Reward, RewardReport,
+    presets, Context, EvalOptions, Evaluation, Evaluator, Reward, RewardReport, Stage, Submission,
 };
 use excommon::replay::{self, Arm, ReplayConfig};
 use excommon::{replay_report, table};
@@ -18,26 +20,129 @@ fn root() -> std::path::PathBuf {
 }
 
 fn fixture_rows() -> Vec<table::Row> {
-    table::read(&root().join("fixtures/rl/program_table.bookkeeping.jsonl")).expect("fixture table")
+    table::read(&root().join("fixtures/rl/program_table.sub.jsonl.gz")).expect("CI sub-table")
 }
 
-/// The fixture's figures follow from its construction: 1 combination in 16 free of the four
-/// hazards (all of them correct, nothing else), one near-best program per task of 128.
+/// The sub-table's figures: measured rows (none synthetic), 1 combination in 16 free of the
+/// four hazards and exactly those correct (every hazard caught on the GPU), and the
+/// near-best programs of the cut (2, 3 and 2 of 256; the cut keeps each task's best).
 #[test]
-fn fixture_sparsity_figures() {
+fn sub_table_sparsity_figures() {
     let rows = fixture_rows();
-    assert!(
-        rows.iter().all(|r| r.synthetic),
-        "the fixture must be marked synthetic"
-    );
+    assert!(rows.iter().all(|r| !r.synthetic), "measured rows only");
     let s = table::sparsity(&rows);
-    assert_eq!(s.len(), 3);
-    for x in &s {
-        assert_eq!((x.programs, x.combinations), (128, 128), "{}", x.task);
-        assert_eq!(x.correct, 1.0 / 16.0, "{}", x.task);
-        assert_eq!(x.hazard_free, 1.0 / 16.0, "{}", x.task);
-        assert_eq!(x.near_best, 1.0 / 128.0, "{}", x.task);
-        assert_eq!(x.surprises, 0, "{}", x.task);
+    let want = [
+        ("matmul", 2.0, 5.28),
+        ("softmax_rows", 3.0, 16.95),
+        ("transpose", 2.0, 3.32),
+    ];
+    assert_eq!(s.len(), want.len());
+    for (x, (task, near, best)) in s.iter().zip(want) {
+        assert_eq!(x.task, task);
+        assert_eq!((x.programs, x.combinations), (256, 256), "{task}");
+        assert_eq!(x.correct, 1.0 / 16.0, "{task}");
+        assert_eq!(x.hazard_free, 1.0 / 16.0, "{task}");
+        assert_eq!(x.near_best, near / 256.0, "{task}");
+        assert_eq!(x.surprises, 0, "{task}");
+        let b = x.best.unwrap();
+        assert!((b - best).abs() < 0.005, "{task}: best {b}");
+    }
+}
+
+/// The committed sub-table is `program_table --cut` of the committed measured table, and
+/// that table has the sparsity figures docs/rl/README.md reports.
+#[test]
+fn sub_table_is_the_cut_of_the_measured_table() {
+    let full = table::read(&root().join("docs/rl/table/program_table.jsonl.gz")).unwrap();
+    let s = table::sparsity(&full);
+    let want = [
+        ("matmul", 4096, 4.0),
+        ("softmax_rows", 3840, 3.0),
+        ("transpose", 2304, 4.0),
+    ];
+    for (x, (task, n, near)) in s.iter().zip(want) {
+        assert_eq!((x.task.as_str(), x.programs, x.combinations), (task, n, n));
+        assert_eq!(x.correct, 1.0 / 16.0, "{task}");
+        assert_eq!(x.near_best, near / n as f64, "{task}");
+        assert_eq!(x.surprises, 0, "{task}");
+    }
+    let cut = table::cut(&full, 4).unwrap();
+    let sub = fixture_rows();
+    assert_eq!(cut.len(), sub.len());
+    for (a, b) in cut.iter().zip(&sub) {
+        assert_eq!(
+            serde_json::to_value(a).unwrap(),
+            serde_json::to_value(b).unwrap()
+        );
+    }
+}
+
+/// The table's ranker columns come from the ranker retrained leaving the RL tasks out, and
+/// the fast path (`table::RankerScorer`: source and task only) gives what the pipeline's
+/// ranker stage (compile, extract, structure, ranker) gives.
+#[test]
+fn ranker_columns_are_the_held_out_rankers() {
+    let fixtures = root().join("fixtures");
+    let model = fixtures.join("models/ranker-heldout-rl");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("ranker.json")).unwrap()).unwrap();
+    let seen = |k: &str| -> Vec<String> {
+        meta["training"][k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let trained: Vec<String> = [seen("train_tasks"), seen("val_tasks")].concat();
+    assert!(trained.len() > 100);
+    for t in ["matmul", "softmax_rows", "transpose"] {
+        assert!(!trained.iter().any(|x| x == t), "{t} in the ranker's data");
+    }
+    let rows = fixture_rows();
+    let mut scorer =
+        table::RankerScorer::new(std::path::Path::new("fixtures/models/ranker-heldout-rl"))
+            .unwrap();
+    let mut o = EvalOptions {
+        no_gpu: true,
+        ranker_model: Some(model.clone()),
+        ..EvalOptions::default()
+    };
+    o.compile.isolation = cudaperf::compile::Isolation::InProcess;
+    let evaluator = Evaluator::new(o).unwrap();
+    for id in ["matmul", "softmax_rows", "transpose"] {
+        scorer.add_task(&fixtures, id).unwrap();
+        let task = cudaperf::Task::load(fixtures.join("tasks").join(id)).unwrap();
+        let space = excommon::space::task(id).unwrap();
+        // A correct row and a hazard row of the task.
+        let picked: Vec<&table::Row> = [true, false]
+            .iter()
+            .map(|&c| {
+                rows.iter()
+                    .find(|r| r.task == id && r.correct() == c)
+                    .unwrap()
+            })
+            .collect();
+        let subs: Vec<Submission> = picked
+            .iter()
+            .map(|r| Submission::from_source(space.render(&r.knobs).unwrap()))
+            .collect();
+        let evals = evaluator.evaluate_batch(&task, &subs, Stage::Ranker);
+        for (r, e) in picked.iter().zip(evals) {
+            let fast = scorer.stage(r).unwrap();
+            let stored = r.stages.ranker.as_ref().unwrap();
+            let pipeline = e.stages.ranker.unwrap();
+            assert_eq!(stored.model, "fixtures/models/ranker-heldout-rl");
+            for (a, b) in [
+                (fast.candidate_score, pipeline.candidate_score),
+                (fast.reference_score, pipeline.reference_score),
+                (fast.prob_faster, pipeline.prob_faster),
+                (fast.candidate_score, stored.candidate_score),
+                (fast.prob_faster, stored.prob_faster),
+            ] {
+                assert!((a - b).abs() < 1e-9, "{id} {}: {a} vs {b}", r.hash);
+            }
+        }
     }
 }
 

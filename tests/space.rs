@@ -74,7 +74,8 @@ fn a_choice_that_does_not_fit_is_an_error_naming_the_knob() {
 }
 
 /// Every program must compile (incorrect-by-hazard is the point, not compile errors): a
-/// spread sample of each task (every 199th program, and every speed option at its extremes).
+/// spread sample of each task (every 199th program, or every `CUDAPERF_SPACE_SAMPLE_STEP`th,
+/// and every option of every knob with the others at their first and at their last option).
 #[test]
 fn a_sample_of_every_task_compiles_with_nvrtc() {
     if cudaperf::compile::nvrtc::load().is_err() {
@@ -90,26 +91,44 @@ fn a_sample_of_every_task_compiles_with_nvrtc() {
     for t in &space::TASKS {
         let task = Task::load(root().join("fixtures/tasks").join(t.id)).expect("task");
         let distinct = t.distinct();
-        let mut sample: Vec<&space::Distinct> = distinct.iter().step_by(199).collect();
-        // The largest tiles and register blocks (last options) with every hazard unsafe.
+        let step: usize = std::env::var("CUDAPERF_SPACE_SAMPLE_STEP")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(199)
+            .max(1);
+        let mut sample: Vec<(Vec<usize>, String)> = distinct
+            .iter()
+            .step_by(step)
+            .map(|d| (d.choices[0].clone(), d.source.clone()))
+            .collect();
+        // Every option of every knob, once with the other knobs at their first option and
+        // once at their last (the largest tiles and register blocks, every hazard unsafe).
+        let first = vec![0; t.knobs.len()];
         let last: Vec<usize> = t.knobs.iter().map(|k| k.options.len() - 1).collect();
-        let last_src = t.render(&last).unwrap();
-        let extra = distinct.iter().find(|d| d.source == last_src).unwrap();
-        sample.push(extra);
+        for base in [&first, &last] {
+            for (i, k) in t.knobs.iter().enumerate() {
+                for o in 0..k.options.len() {
+                    let mut c = base.clone();
+                    c[i] = o;
+                    let src = t.render(&c).unwrap();
+                    sample.push((c, src));
+                }
+            }
+        }
         let subs: Vec<Submission> = sample
             .iter()
-            .map(|d| Submission::from_source(d.source.clone()))
+            .map(|(_, s)| Submission::from_source(s.clone()))
             .collect();
         let evals = evaluator.evaluate_batch(&task, &subs, Stage::Compile);
-        for (d, e) in sample.iter().zip(&evals) {
+        for ((c, src), e) in sample.iter().zip(&evals) {
             assert_eq!(
                 e.verdict(),
                 Verdict::Compiled,
                 "{} {}: {:?}\n{}",
                 t.id,
-                t.describe(&d.choices[0]),
+                t.describe(c),
                 e.stages.compile.as_ref().map(|c| &c.log),
-                d.source
+                src
             );
         }
     }

@@ -12,13 +12,16 @@ static FONT: &[u8] = include_bytes!(concat!(
     "/assets/fonts/DejaVuSansMono.ttf"
 ));
 
-const COLORS: [RGBColor; 6] = [
+/// Eight distinct colours: the replayed ablation draws eight arms.
+const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
     RGBColor(255, 127, 14),
     RGBColor(120, 120, 120),
+    RGBColor(23, 190, 207),
+    RGBColor(140, 86, 75),
 ];
 
 /// A named series of (x, y) points.

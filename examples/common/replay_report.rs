@@ -297,12 +297,14 @@ pub fn write(s: &Summary, dir: &Path, table: &str) -> Result<(), String> {
         &dir.join("curves.png"),
         &[(
             format!(
-                "best-so-far / table best, mean of {} seeds x {} tasks ({} samples a step)",
+                "best so far / best, {} seeds x {} tasks",
                 s.config.seeds.len(),
-                s.tasks.len(),
+                s.tasks.len()
+            ),
+            format!(
+                "best so far / best ({} samples a step)",
                 s.config.group * s.config.turns
             ),
-            "best-so-far / best".into(),
             series,
         )],
     )

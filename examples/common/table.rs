@@ -243,6 +243,194 @@ pub fn sparsity_text(s: &[Sparsity]) -> String {
     out
 }
 
+/// A small sub-table cut from a measured table, a full product of option subsets per task
+/// (what [`super::replay::ReplayTask`] needs): every option of every hazard knob; of the first
+/// `varied` speed knobs, the option of the task's best correct program and its neighbour
+/// (the next option, or the previous one for the last); the best program's option of the
+/// other speed knobs. Rows keep their measured columns; their knobs and weights are those of
+/// the cut. With four varied speed knobs: 16 × 16 = 256 rows per task of four hazards.
+pub fn cut(rows: &[Row], varied: usize) -> Result<Vec<Row>, String> {
+    let mut by: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        by.entry(r.task.as_str()).or_default().push(r);
+    }
+    let mut out = Vec::new();
+    for (id, rs) in by {
+        let t = space::task(id).ok_or_else(|| format!("row of unknown task `{id}`"))?;
+        let best = rs
+            .iter()
+            .filter(|r| r.correct() && r.speedup.is_some_and(f64::is_finite))
+            .max_by(|a, b| {
+                a.speedup
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.speedup.unwrap_or(0.0))
+            })
+            .ok_or_else(|| format!("{id}: no correct row to cut around"))?;
+        let mut speed_seen = 0;
+        let options: Vec<Vec<usize>> = t
+            .knobs
+            .iter()
+            .zip(&best.knobs)
+            .map(|(k, &b)| {
+                if k.hazard {
+                    return (0..k.options.len()).collect();
+                }
+                speed_seen += 1;
+                if speed_seen > varied || k.options.len() < 2 {
+                    return vec![b];
+                }
+                let other = if b + 1 < k.options.len() {
+                    b + 1
+                } else {
+                    b - 1
+                };
+                let mut v = vec![b, other];
+                v.sort();
+                v
+            })
+            .collect();
+        let by_hash: std::collections::HashMap<&str, &Row> =
+            rs.iter().map(|r| (r.hash.as_str(), *r)).collect();
+        let mut picked: Vec<Row> = Vec::new();
+        let mut at: std::collections::HashMap<String, usize> = Default::default();
+        let total: usize = options.iter().map(Vec::len).product();
+        for mut n in 0..total {
+            let mut combo = vec![0; options.len()];
+            for i in (0..options.len()).rev() {
+                combo[i] = options[i][n % options[i].len()];
+                n /= options[i].len();
+            }
+            let hash = space::source_hash(&t.render(&combo).map_err(|e| e.to_string())?);
+            match at.get(&hash) {
+                Some(&i) => picked[i].weight += 1,
+                None => {
+                    let r = by_hash.get(hash.as_str()).ok_or_else(|| {
+                        format!(
+                            "{id} {}: not in the table (hash {hash})",
+                            t.describe(&combo)
+                        )
+                    })?;
+                    let mut r = (*r).clone();
+                    r.knobs = combo;
+                    r.weight = 1;
+                    at.insert(hash, picked.len());
+                    picked.push(r);
+                }
+            }
+        }
+        out.extend(picked);
+    }
+    Ok(out)
+}
+
+/// The ranker stage of a row's program from its source and task alone: the features of the
+/// parsed source, its launch plan on the task's timed configuration (for a model with
+/// launch-plan features) and the model's member scores against the task's reference — what
+/// the pipeline's ranker stage computes, without its compile, extract and structure stages
+/// (the ranker reads none of their results but the parse, so the values are the same).
+pub struct RankerScorer {
+    ranker: cudaperf::ranker::TrainedRanker,
+    names: Vec<String>,
+    launch: bool,
+    limits: cudaperf::candidate::PlanLimits,
+    origin: String,
+    /// Per task: the fixture task and the model's member scores of its reference.
+    tasks: std::collections::HashMap<String, (cudaperf::task::Task, Vec<f32>)>,
+}
+
+impl RankerScorer {
+    /// Loads the model folder `model` (named `model` in the stages it writes).
+    pub fn new(model: &Path) -> Result<RankerScorer, String> {
+        let ranker = cudaperf::ranker::TrainedRanker::load_unchecked(model)
+            .map_err(|e| format!("ranker model {}: {e}", model.display()))?;
+        let names = ranker.feature_names().to_vec();
+        let launch = cudaperf::ranker::FeatureSet::of(&names).needs_plan();
+        Ok(RankerScorer {
+            ranker,
+            names,
+            launch,
+            limits: Default::default(),
+            origin: model.display().to_string(),
+            tasks: Default::default(),
+        })
+    }
+
+    /// Loads a task (and scores its reference) before [`RankerScorer::stage`] needs it.
+    pub fn add_task(&mut self, fixtures: &Path, id: &str) -> Result<(), String> {
+        if self.tasks.contains_key(id) {
+            return Ok(());
+        }
+        let task = cudaperf::task::Task::load(fixtures.join("tasks").join(id))
+            .map_err(|e| format!("task {id}: {e}"))?;
+        let src = task.reference.source.clone();
+        let (_, reference) = self
+            .member_scores(&task, &src, "the task's reference")
+            .map_err(|e| format!("{id}: {e}"))?;
+        self.tasks.insert(id.to_string(), (task, reference));
+        Ok(())
+    }
+
+    fn member_scores(
+        &self,
+        task: &cudaperf::task::Task,
+        src: &str,
+        what: &str,
+    ) -> Result<(Vec<f32>, Vec<f32>), String> {
+        use cudaperf::ranker::{features_for, TimedPlan};
+        let plan = self
+            .launch
+            .then(|| TimedPlan::of_source(task, src, &self.limits, what))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let f = features_for(
+            src,
+            plan.as_ref().map(|p| p.input(task, src)).as_ref(),
+            &self.names,
+        )
+        .map_err(|e| e.to_string())?;
+        let scores = self.ranker.member_scores(&f).map_err(|e| e.to_string())?;
+        Ok((f, scores))
+    }
+
+    /// The ranker stage of a row (its program rendered again from its knobs; an error if it
+    /// no longer renders the row's hash, or its task was not added).
+    pub fn stage(&self, r: &Row) -> Result<cudaperf::reward::RankerStage, String> {
+        let t = space::task(&r.task).ok_or_else(|| format!("row of unknown task `{}`", r.task))?;
+        let src = t.render(&r.knobs).map_err(|e| e.to_string())?;
+        if space::source_hash(&src) != r.hash {
+            return Err(format!(
+                "{} {} no longer renders its hash {}: the space changed since it was measured",
+                r.task,
+                t.describe(&r.knobs),
+                r.hash
+            ));
+        }
+        let (task, reference) = self
+            .tasks
+            .get(&r.task)
+            .ok_or_else(|| format!("task {} not added", r.task))?;
+        let (f, cand) = self.member_scores(task, &src, "the candidate")?;
+        let verdict = self.ranker.compare_scores(&cand, reference, Some(&f));
+        let mean = |v: &[f32]| f64::from(v.iter().sum::<f32>()) / v.len().max(1) as f64;
+        Ok(cudaperf::reward::RankerStage {
+            candidate_score: mean(&cand),
+            reference_score: mean(reference),
+            prob_faster: f64::from(verdict.prob_faster),
+            model: self.origin.clone(),
+            error: None,
+            uncertainty: Some(f64::from(verdict.uncertainty)),
+            out_of_range: Some(f64::from(verdict.out_of_range)),
+        })
+    }
+}
+
+/// Replaces a row's ranker columns and stage.
+pub fn set_ranker(r: &mut Row, stage: cudaperf::reward::RankerStage) {
+    r.ranker_margin = Some(stage.candidate_score - stage.reference_score);
+    r.ranker_prob = Some(stage.prob_faster);
+    r.stages.ranker = Some(stage);
+}
+
 /// Stages as a table stores them: the parts [`slim`] empties are left out of the JSON (the
 /// structure stage's features, terms and occupancy, the device description) and read back
 /// as empty values (no device), so that a row is about a kilobyte rather than three.
