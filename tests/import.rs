@@ -290,7 +290,10 @@ fn full_size_problem_over_the_default_cap_names_both_numbers() {
 
 /// The imported original takes the module's parameters from the ABI, not from its own
 /// initialisation: a linear layer run through the crate's driver on generated inputs equals
-/// x @ W^T + b computed here from the same inputs.
+/// x @ W^T + b computed here from the same inputs. The problem calls
+/// `super(Model, self).__init__()` as KernelBench's files do, which the wrapper (itself named
+/// `Model`) must not break (it did: the H200 run of 2026-12-02 refused the imported 19_ReLU
+/// with "super(type, obj): obj must be an instance or subtype of type").
 #[test]
 fn imported_original_uses_the_abi_parameters() {
     if !torch_here("imported_original_uses_the_abi_parameters") {

@@ -122,7 +122,9 @@ pub fn award(m: &Measured) -> Award {
     let floor = m.floor_us.max(m.compute_floor_us);
     let implausible = floor > 0.0 && m.candidate_us < floor;
     let unstable = m.reference_spread > m.unstable_factor * m.reference_calibration + 0.005;
-    let within_noise = (raw - 1.0).abs() <= m.noise_floor;
+    // Within the noise when the ratio lies in [1/(1+n), 1+n]: a band in log space, so that a
+    // floor past 100 % (a very noisy reference) cannot swallow a many-fold slowdown.
+    let within_noise = raw > 0.0 && raw.ln().abs() <= m.noise_floor.max(0.0).ln_1p();
     let (speedup, withheld) = if implausible {
         (
             1.0,
@@ -140,7 +142,8 @@ pub fn award(m: &Measured) -> Award {
                 m.reference_calibration * 100.0
             )),
         )
-    } else if within_noise {
+    } else if within_noise && !unstable {
+        // An unstable reference rounds no slowdown up to parity either.
         (1.0, None)
     } else {
         (raw, None)
@@ -281,6 +284,27 @@ mod tests {
         m.reference_us = 50.0;
         let a = award(&m);
         assert!(a.unstable && a.speedup == 0.5 && a.withheld.is_none());
+    }
+
+    /// Seen on the H200 against a PyTorch-eager reference: 7 timed runs of a kernel 300x
+    /// slower than the reference left a noise floor of 124 %, and the linear band
+    /// |raw - 1| <= floor called the 0.003x ratio "within noise" (speedup 1.0). The band is
+    /// symmetric in log space, and an unstable reference rounds no slowdown up to parity.
+    #[test]
+    fn a_huge_noise_floor_does_not_round_a_slowdown_up_to_parity() {
+        let mut m = measured(292.0, 95_866.0);
+        m.noise_floor = 1.237;
+        let a = award(&m);
+        assert!(!a.within_noise, "{a:?}");
+        assert!((a.speedup - 292.0 / 95_866.0).abs() < 1e-12);
+        // Inside [1/(1+n), 1+n] it is still parity...
+        let mut m = measured(100.0, 180.0);
+        m.noise_floor = 1.0;
+        assert!(award(&m).within_noise && award(&m).speedup == 1.0);
+        // ...unless the reference was unstable: then the slowdown counts.
+        m.reference_spread = 0.5;
+        let a = award(&m);
+        assert!(a.unstable && a.within_noise && (a.speedup - 100.0 / 180.0).abs() < 1e-12);
     }
 
     #[test]

@@ -18,7 +18,12 @@ impl Reward for RankerReward {
     fn needs(&self, _: &Context) -> Stage {
         Stage::Ranker
     }
-    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
+    fn value(&self, ctx: &Context, eval: &Evaluation) -> Result<f64> {
+        // The ranker compares a candidate with the task's CUDA reference; a task whose only
+        // reference is its PyTorch original has none: no preference, not a missing number.
+        if ctx.task.torch_reference() {
+            return Ok(0.0);
+        }
         require(self, eval, Stage::Ranker)?;
         match &eval.stages.ranker {
             Some(r) if r.error.is_none() => Ok(2.0 * r.prob_faster - 1.0),

@@ -402,7 +402,14 @@ _CUDAPERF_RANK0 = {{{rank0}}}
 class Model(_cudaperf_torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.problem = _CUDAPERF_PROBLEM(*_CUDAPERF_INIT_INPUTS)
+        # The problem's methods may name `Model` (KernelBench writes `super(Model, self)`):
+        # while the problem is built, that name is its own class again.
+        names = globals()
+        wrapper, names["Model"] = names["Model"], _CUDAPERF_PROBLEM
+        try:
+            self.problem = _CUDAPERF_PROBLEM(*_CUDAPERF_INIT_INPUTS)
+        finally:
+            names["Model"] = wrapper
         self.problem.eval()
 
     def forward(self, *tensors):

@@ -162,8 +162,14 @@ def smaller_configs(mod, init, sizes):
             continue
     configs = []
     for name, div in (("small_odd", 16), ("medium_odd", 4)):
-        values = {k: min(odd(max(3, sizes[k] // div)) + 2 * j, sizes[k] - 1)
-                  for j, k in enumerate(scalable)}
+        # Distinct constants get distinct values, so that no two sizes coincide by accident
+        # (conv2d's height and width both came out 11 before).
+        values = {}
+        for j, k in enumerate(scalable):
+            v = min(odd(max(3, sizes[k] // div)) + 2 * j, sizes[k] - 1)
+            while v in values.values() and v + 2 <= sizes[k] - 1:
+                v += 2
+            values[k] = v
         if not values or any(c["globals"] == values for c in configs):
             continue
         try:
