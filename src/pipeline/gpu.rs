@@ -100,10 +100,7 @@ impl GpuState {
         limits: &PlanLimits,
     ) -> Result<Arc<Result<Reference, String>>, String> {
         let mode = torch_mode(task, &self.options);
-        let key = match mode {
-            Some(m) => format!("{}\ntorch {}", task.id, m.as_str()),
-            None => task.id.clone(),
-        };
+        let key = reference_key(task, mode);
         if let Some(r) = self
             .references
             .lock()
@@ -397,6 +394,22 @@ fn build_reference(
     })
 }
 
+/// What a built reference is remembered by: the task's id and a fingerprint of everything
+/// the reference is built from (its source or original, the ABI and the configs), so that
+/// two tasks with one id — an inline task edited between requests, a folder reloaded — never
+/// share a reference (seen on the H200: a second task named `add_layernorm` with another
+/// original ran against the first one's).
+fn reference_key(task: &Task, mode: Option<TorchMode>) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match mode {
+        Some(m) => (m.as_str(), &task.original).hash(&mut h),
+        None => task.reference.source.hash(&mut h),
+    }
+    format!("{:?}{:?}", task.params, task.configs).hash(&mut h);
+    format!("{}#{:016x}", task.id, h.finish())
+}
+
 /// The task's PyTorch original as its reference (torch2cuda tasks only).
 fn torch_reference(task: &Task, mode: TorchMode) -> Result<Reference, ReferenceError> {
     if task.kind != crate::task::TaskKind::Torch2cuda || task.original.trim().is_empty() {
@@ -411,4 +424,39 @@ fn torch_reference(task: &Task, mode: TorchMode) -> Result<Reference, ReferenceE
         source: task.original.clone(),
         mode,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two tasks with one id but another original (or reference, or configs) never share a
+    /// built reference; the same task always finds its own.
+    #[test]
+    fn references_are_remembered_by_content_not_only_by_id() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tasks/add_layernorm");
+        let task = Task::load(dir).unwrap();
+        let eager = Some(TorchMode::Eager);
+        assert_eq!(
+            reference_key(&task, eager),
+            reference_key(&task.clone(), eager)
+        );
+        assert_ne!(
+            reference_key(&task, eager),
+            reference_key(&task, Some(TorchMode::Compile))
+        );
+        assert_ne!(reference_key(&task, eager), reference_key(&task, None));
+        let mut other = task.clone();
+        other.original.push_str("\n# another original\n");
+        assert_ne!(reference_key(&task, eager), reference_key(&other, eager));
+        assert_eq!(reference_key(&task, None), reference_key(&other, None));
+        let mut other = task.clone();
+        other.reference.source.push_str("\n// another reference\n");
+        assert_ne!(reference_key(&task, None), reference_key(&other, None));
+        let mut other = task.clone();
+        other.configs.pop();
+        assert_ne!(reference_key(&task, None), reference_key(&other, None));
+        assert!(reference_key(&task, None).starts_with("add_layernorm#"));
+    }
 }
