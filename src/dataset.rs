@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::reward::Verdict;
-use crate::task::{Implementation, Task, TaskError, TaskKind};
+use crate::task::{Implementation, Task, TaskError, TaskKind, TaskLimits};
 use crate::timings::Timings;
 
 /// Why a dataset could not be loaded.
@@ -77,8 +77,15 @@ pub struct KindCounts {
 }
 
 impl Dataset {
-    /// Loads and validates every task folder under `dir`.
+    /// Loads and validates every task folder under `dir` (with the default buffer cap,
+    /// [`TaskLimits::default`]).
     pub fn load(dir: impl AsRef<Path>) -> Result<Dataset, DatasetError> {
+        Dataset::load_with(dir, &TaskLimits::default())
+    }
+
+    /// [`Dataset::load`] with a buffer cap of the caller's (full-size problems need one that
+    /// follows the device: [`TaskLimits::for_this_machine`]).
+    pub fn load_with(dir: impl AsRef<Path>, limits: &TaskLimits) -> Result<Dataset, DatasetError> {
         let dir = dir.as_ref();
         let entries = std::fs::read_dir(dir).map_err(|source| DatasetError::Io {
             path: dir.to_path_buf(),
@@ -92,7 +99,7 @@ impl Dataset {
         folders.sort();
         let mut tasks = Vec::with_capacity(folders.len());
         for f in folders {
-            tasks.push(Task::load(&f)?);
+            tasks.push(Task::load_with(&f, limits)?);
         }
         if tasks.is_empty() {
             return Err(DatasetError::Invalid(format!(

@@ -366,6 +366,31 @@ fn only_torch_originals_can_be_the_reference() {
     )
     .unwrap();
     assert!(t.torch_reference());
+    // The ranker compares CUDA with CUDA: on a task whose only reference is PyTorch its term
+    // is no preference (0), not a missing number that would make the whole reward
+    // unavailable (the H200 run of 2026-12-02 found `cudaperf` unavailable on every imported
+    // task); on a CUDA-reference task a ranker that could not score is still unavailable.
+    use cudaperf::reward::{Context, EvalOptions, Evaluation, Evaluator, RankerReward, Reward};
+    let evaluator = Evaluator::new(EvalOptions::default()).unwrap();
+    let failed = Evaluation::from_stages(cudaperf::reward::Stages {
+        ranker: Some(cudaperf::reward::RankerStage {
+            candidate_score: f64::NAN,
+            reference_score: f64::NAN,
+            prob_faster: f64::NAN,
+            model: "<shipped ranker>".into(),
+            error: Some("no CUDA reference to compare with".into()),
+            uncertainty: None,
+            out_of_range: None,
+        }),
+        ..Default::default()
+    });
+    let ctx = Context::new(&t, &evaluator);
+    assert_eq!(RankerReward.value(&ctx, &failed).unwrap(), 0.0);
+    let cuda = Task::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tasks/vector_add"))
+        .unwrap();
+    assert!(RankerReward
+        .value(&Context::new(&cuda, &evaluator), &failed)
+        .is_err());
     let e = Task::from_toml_and_files(
         &toml("c2cuda", "original.c"),
         &files("original.c", "void t(const float* x, float* y, int n) {}\n"),

@@ -56,7 +56,7 @@ pub use queue::{QueueConfig, QueueStatus};
 pub use request::Limits;
 pub use reward_spec::{build_reward, SpecError, PRESET_NAMES};
 pub use score::{item_result, run_job, score_group, JobOutcome, PartialResults, StageTimes};
-pub use tasks::{load_inline, TaskRefError, TaskStore};
+pub use tasks::{load_inline, load_inline_with, TaskRefError, TaskStore};
 
 use crate::reward::{EvalOptions, Evaluator};
 use http::{AppState, Backend};
@@ -89,6 +89,10 @@ pub struct ServeConfig {
     pub port: u16,
     /// Tasks folder served by id (default none: inline tasks only).
     pub tasks_dir: Option<PathBuf>,
+    /// The buffer cap folder and inline tasks are validated against (default
+    /// [`TaskLimits::default`], 8 GiB; the CLI uses the device's:
+    /// [`TaskLimits::for_this_machine`]).
+    pub task_limits: crate::task::TaskLimits,
     /// The pipeline's options (local mode).
     pub eval: EvalOptions,
     /// Scoring threads (local mode; default 2). Each scores one group at a time, itself
@@ -113,6 +117,7 @@ impl Default for ServeConfig {
             host: "127.0.0.1".into(),
             port: 0,
             tasks_dir: None,
+            task_limits: crate::task::TaskLimits::default(),
             eval: EvalOptions::default(),
             workers: 2,
             limits: Limits::default(),
@@ -240,7 +245,10 @@ async fn serve_until(
     stop: watch::Receiver<bool>,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
-    let tasks = Arc::new(TaskStore::load(config.tasks_dir.as_deref())?);
+    let tasks = Arc::new(TaskStore::load_with(
+        config.tasks_dir.as_deref(),
+        config.task_limits,
+    )?);
     let metrics = Arc::new(Metrics::new());
     let backend = match &config.queue {
         None => {

@@ -35,6 +35,11 @@ pub struct NodeConfig {
     /// without tasks would take every job that names a task by id and answer it
     /// `unavailable`, jobs that a node with the tasks could have scored.
     pub tasks_dir: Option<PathBuf>,
+    /// The buffer cap tasks are validated against (default [`TaskLimits::default`]; the
+    /// CLI uses the device's).
+    ///
+    /// [`TaskLimits::default`]: crate::task::TaskLimits::default
+    pub task_limits: crate::task::TaskLimits,
     /// Start without a tasks folder, for a queue whose jobs all carry inline tasks.
     pub inline_only: bool,
     /// The pipeline's options.
@@ -84,7 +89,10 @@ pub async fn node_main(cfg: NodeConfig, shutdown: watch::Receiver<bool>) -> Resu
         ));
     }
     let client = cfg.queue.client()?;
-    let tasks = Arc::new(TaskStore::load(cfg.tasks_dir.as_deref())?);
+    let tasks = Arc::new(TaskStore::load_with(
+        cfg.tasks_dir.as_deref(),
+        cfg.task_limits,
+    )?);
     let evaluator = Arc::new(
         Evaluator::new(cfg.eval.clone())
             .map_err(|e| ServeError::Config(format!("the pipeline: {e}")))?,

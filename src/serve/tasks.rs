@@ -36,14 +36,23 @@ pub enum TaskRefError {
 pub struct TaskStore {
     by_id: BTreeMap<String, Arc<Task>>,
     inline: Mutex<HashMap<String, Arc<Task>>>,
+    limits: TaskLimits,
 }
 
 impl TaskStore {
-    /// Loads every task folder under `dir` (none when `dir` is `None`: inline tasks only).
+    /// Loads every task folder under `dir` (none when `dir` is `None`: inline tasks only)
+    /// with the default buffer cap.
     pub fn load(dir: Option<&Path>) -> Result<TaskStore, ServeError> {
+        TaskStore::load_with(dir, TaskLimits::default())
+    }
+
+    /// [`TaskStore::load`] with the buffer cap every folder and inline task is validated
+    /// against (`cudaperf serve` and `node` use [`TaskLimits::for_this_machine`] or
+    /// `--max-buffer-gib`).
+    pub fn load_with(dir: Option<&Path>, limits: TaskLimits) -> Result<TaskStore, ServeError> {
         let mut by_id = BTreeMap::new();
         if let Some(dir) = dir {
-            let ds = crate::dataset::Dataset::load(dir)
+            let ds = crate::dataset::Dataset::load_with(dir, &limits)
                 .map_err(|e| ServeError::Tasks(format!("{}: {e}", dir.display())))?;
             for t in ds.tasks {
                 by_id.insert(t.id.clone(), Arc::new(t));
@@ -52,6 +61,7 @@ impl TaskStore {
         Ok(TaskStore {
             by_id,
             inline: Mutex::new(HashMap::new()),
+            limits,
         })
     }
 
@@ -91,7 +101,8 @@ impl TaskStore {
         {
             return Ok(Arc::clone(t));
         }
-        let mut task = load_inline(inline).map_err(|e| TaskRefError::Invalid(e.to_string()))?;
+        let mut task = load_inline_with(inline, &self.limits)
+            .map_err(|e| TaskRefError::Invalid(e.to_string()))?;
         // The evaluator remembers results and references by task id: an inline task gets
         // an id of its own, so it never collides with a folder task or another inline one.
         task.id = format!("{}@{}", task.id, &key[..12]);
@@ -143,8 +154,14 @@ struct FileNames {
     reference: Option<String>,
 }
 
-/// Validates an inline task with the crate's loader ([`Task::from_toml_and_files`]).
+/// Validates an inline task with the crate's loader ([`Task::from_toml_and_files`]) and the
+/// default buffer cap.
 pub fn load_inline(inline: &InlineTask) -> Result<Task, TaskError> {
+    load_inline_with(inline, &TaskLimits::default())
+}
+
+/// [`load_inline`] with a buffer cap.
+pub fn load_inline_with(inline: &InlineTask, limits: &TaskLimits) -> Result<Task, TaskError> {
     let mut files = inline.files.clone();
     // When the TOML does not parse, the loader below says where.
     if let Ok(names) = toml::from_str::<FileNames>(&inline.toml) {
@@ -155,5 +172,54 @@ pub fn load_inline(inline: &InlineTask) -> Result<Task, TaskError> {
             files.insert(o, inline.original.clone().unwrap_or_default());
         }
     }
-    Task::from_toml_and_files(&inline.toml, &files, &TaskLimits::default())
+    Task::from_toml_and_files(&inline.toml, &files, limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full-size task (12 GiB of buffers): refused by the default 8 GiB cap with the
+    /// config named, served when the store is given the device's cap, folder and inline
+    /// alike (`cudaperf serve` and `node` pass `--max-buffer-gib` or the device's quarter).
+    #[test]
+    fn a_full_size_task_loads_under_the_cap_the_store_is_given() {
+        let toml = "id = \"big\"\nkind = \"c2cuda\"\noriginal = \"original.c\"\nreference = \"reference.cu\"\n\
+            [tolerance]\natol = 1e-5\nrtol = 1e-5\n\
+            [[params]]\nname = \"x\"\nkind = \"buffer\"\ndirection = \"in\"\ndtype = \"f32\"\nlen = \"n\"\n\
+            [[params]]\nname = \"y\"\nkind = \"buffer\"\ndirection = \"out\"\ndtype = \"f32\"\nlen = \"n\"\n\
+            [[params]]\nname = \"n\"\nkind = \"scalar\"\ndtype = \"i64\"\nvalue = \"n\"\n\
+            [[configs]]\nname = \"full\"\nsizes = { n = 1610612736 }\n";
+        let reference = "// @launch copy grid=(ceil_div(n, 256)) block=(256)\n\
+            extern \"C\" __global__ void copy(const float* x, float* y, long long n) {\n\
+            long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i]; }\n";
+        let original = "void big(const float* x, float* y, long long n) { for (long long i = 0; i < n; i++) y[i] = x[i]; }\n";
+        let root = std::env::temp_dir().join(format!("cudaperf-store-cap-{}", std::process::id()));
+        let dir = root.join("big");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("task.toml"), toml).unwrap();
+        std::fs::write(dir.join("reference.cu"), reference).unwrap();
+        std::fs::write(dir.join("original.c"), original).unwrap();
+
+        let refused = TaskStore::load(Some(&root))
+            .err()
+            .expect("over the default cap");
+        let text = refused.to_string();
+        assert!(
+            text.contains("config `full`") && text.contains("8.00 GiB"),
+            "{text}"
+        );
+        let store = TaskStore::load_with(Some(&root), TaskLimits::from_gib(16.0).unwrap()).unwrap();
+        assert!(store.get("big").is_some());
+
+        let inline = InlineTask {
+            toml: toml.to_string(),
+            reference: reference.to_string(),
+            original: Some(original.to_string()),
+            files: BTreeMap::new(),
+        };
+        assert!(load_inline(&inline).is_err());
+        assert!(store.resolve(&TaskRef::Inline(inline)).is_ok());
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

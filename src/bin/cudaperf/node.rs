@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use cudaperf::serve::{NodeConfig, ServeError};
 
-use crate::args::{CompileArgs, DurationError};
+use crate::args::{CompileArgs, DurationError, LimitArgError, LimitArgs};
 use crate::serve::{eval_options, QueueArgs};
 
 /// Consume scoring jobs from the Redis queue that `serve --queue` feeds.
@@ -34,6 +34,8 @@ pub struct Args {
     no_gpu: bool,
     #[command(flatten)]
     compile: CompileArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// Why the node did not start or stopped with an error.
@@ -42,6 +44,9 @@ pub enum Error {
     /// A duration flag is not a positive number of seconds.
     #[error(transparent)]
     Duration(#[from] DurationError),
+    /// `--max-buffer-gib` is unusable.
+    #[error(transparent)]
+    Limits(#[from] LimitArgError),
     /// The node failed (queue, tasks folder, evaluator).
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -53,6 +58,7 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
         queue: a.queue_args.config(&a.queue)?,
         name: a.name,
         tasks_dir: a.tasks,
+        task_limits: a.limits.limits()?,
         inline_only: a.inline_only,
         eval: eval_options(&a.compile, a.no_gpu),
         concurrency: a.concurrency.max(1),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use cudaperf::reward::EvalOptions;
 use cudaperf::serve::{Limits, QueueConfig, ServeConfig, ServeError};
 
-use crate::args::{duration, CompileArgs, DurationError};
+use crate::args::{duration, CompileArgs, DurationError, LimitArgError, LimitArgs};
 
 /// Where the Redis queue is and how it behaves (`serve --queue` and `node`).
 #[derive(clap::Args, Clone)]
@@ -99,6 +99,8 @@ pub struct Args {
     no_gpu: bool,
     #[command(flatten)]
     compile: CompileArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// Why the server did not start or stopped with an error.
@@ -107,6 +109,9 @@ pub enum Error {
     /// A duration flag is not a positive number of seconds.
     #[error(transparent)]
     Duration(#[from] DurationError),
+    /// `--max-buffer-gib` is unusable.
+    #[error(transparent)]
+    Limits(#[from] LimitArgError),
     /// The server failed (bind, tasks folder, evaluator, queue).
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -133,6 +138,7 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
         host: a.host,
         port: a.port,
         tasks_dir: a.tasks,
+        task_limits: a.limits.limits()?,
     };
     cudaperf::serve::run_server(config)?;
     Ok(ExitCode::SUCCESS)
