@@ -356,13 +356,21 @@ impl Epochs<'_> {
     }
 }
 
+/// A member's split of the tasks and the pairs of each side.
+struct MemberPairs {
+    train_tasks: Vec<String>,
+    val_tasks: Vec<String>,
+    train_pairs: Vec<usize>,
+    val_pairs: Vec<usize>,
+}
+
 /// The training and validation pairs of `tasks` (the validation split drawn with
 /// `config.seed`), refused when the training pairs cannot teach an order.
 fn member_pairs(
     data: &RankingData,
     tasks: &[String],
     config: &RankerConfig,
-) -> Result<(Vec<String>, Vec<String>, Vec<usize>, Vec<usize>)> {
+) -> Result<MemberPairs> {
     let (train_tasks, val_tasks) = split_tasks(tasks, config.validation_fraction, config.seed);
     let train_set: BTreeSet<&str> = train_tasks.iter().map(String::as_str).collect();
     let val_set: BTreeSet<&str> = val_tasks.iter().map(String::as_str).collect();
@@ -381,7 +389,12 @@ fn member_pairs(
             ),
         });
     }
-    Ok((train_tasks, val_tasks, train_pairs, val_pairs))
+    Ok(MemberPairs {
+        train_tasks,
+        val_tasks,
+        train_pairs,
+        val_pairs,
+    })
 }
 
 /// The best weights so far (with their validation loss) and the epochs since.
@@ -426,7 +439,12 @@ fn train_member(
 ) -> Result<MemberRun> {
     let start = Instant::now();
     let dim = data.feature_names.len();
-    let (train_tasks, val_tasks, train_pairs, val_pairs) = member_pairs(data, tasks, config)?;
+    let MemberPairs {
+        train_tasks,
+        val_tasks,
+        train_pairs,
+        val_pairs,
+    } = member_pairs(data, tasks, config)?;
     let mut rng = SplitMix64::new(config.seed);
     let init = MlpWeights::init(&layer_dims(dim, &config.hidden), &mut rng);
     let epochs = Epochs {

@@ -175,7 +175,7 @@ async fn score_inner(
 ) -> Response {
     let parsed = match read_request(st, body) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let n = parsed.job.completions.len();
     let deadline = parsed.deadline;
@@ -222,7 +222,7 @@ async fn score_inner(
 fn read_request(
     st: &AppState,
     body: Result<Bytes, BytesRejection>,
-) -> Result<ParsedRequest, Response> {
+) -> Result<ParsedRequest, Box<Response>> {
     let body = body.map_err(|rej| {
         st.metrics.rejected.with_label_values(&["body"]).inc();
         let status = rej.status();
@@ -234,12 +234,12 @@ fn read_request(
         } else {
             format!("request body: {}", rej.body_text())
         };
-        error(status, msg)
+        Box::new(error(status, msg))
     })?;
     parse(&body, &st.limits, &st.tasks).map_err(|e| {
         st.metrics.rejected.with_label_values(&["invalid"]).inc();
         let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
-        error(status, e.message)
+        Box::new(error(status, e.message))
     })
 }
 
