@@ -122,58 +122,7 @@ const LONG_FILES: &[(&str, &str)] = &[];
 
 /// Functions allowed over [`MAX_FN_LINES`] (`file`, `name`), and why; an entry that meets the
 /// rule fails the test, as for [`LONG_FILES`].
-const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
-    (
-        "src/analysis/gaps.rs",
-        "neutralise",
-        "one pass over the source blanking grammar gaps; not split yet",
-    ),
-    (
-        "src/analysis/loops.rs",
-        "loop_statement",
-        "one match over loop kinds; not split yet",
-    ),
-    (
-        "src/analysis/probe/lane.rs",
-        "eval_node",
-        "the probe interpreter's expression match; not split yet",
-    ),
-    (
-        "src/analysis/probe/lane.rs",
-        "exec_node",
-        "the probe interpreter's statement match; not split yet",
-    ),
-    (
-        "src/analysis/score.rs",
-        "structural_score",
-        "the table of hand-weighted terms; not split yet",
-    ),
-    (
-        "src/analysis/symbolic.rs",
-        "eval",
-        "the symbolic evaluator's expression match; not split yet",
-    ),
-    (
-        "src/compile/nvrtc.rs",
-        "compile",
-        "one NVRTC program's FFI life cycle; not split yet",
-    ),
-    (
-        "src/originals/check.rs",
-        "finish",
-        "comparison of an original's outputs; not split yet",
-    ),
-    (
-        "src/sandbox/pool.rs",
-        "spawn",
-        "a worker's start and greeting; not split yet",
-    ),
-    (
-        "src/sandbox/pool.rs",
-        "run_on_slot",
-        "one job on a worker slot with its limits; not split yet",
-    ),
-];
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
 
 /// Public functions allowed to return `Result<_, String>` (`file`, `name`), and why.
 const STRING_ERRORS: &[(&str, &str, &str)] = &[];

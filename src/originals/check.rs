@@ -518,17 +518,49 @@ pub fn finish(
             Err(e) => check.error = Some(e),
         }
     }
-    for (rc, (ran, regime)) in check
-        .regimes
+    let against = Against {
+        task,
+        seed,
+        opts,
+        gpu,
+        samples: task_samples,
+    };
+    finish_regimes(&against, &mut check.regimes, regimes, &mut recorded);
+    if let (Some(rec), Some(t)) = (record, recorded) {
+        rec.seed = seed;
+        rec.tasks.insert(task.id.clone(), t);
+    }
+    check
+}
+
+/// What the GPU half compares a run with: the device (with `gpu`) or the reference samples
+/// taken earlier.
+struct Against<'a> {
+    task: &'a Task,
+    seed: u64,
+    opts: &'a CheckOptions,
+    gpu: Option<&'a GpuCheck<'a>>,
+    samples: Option<&'a TaskSamples>,
+}
+
+/// The GPU half of each input regime's check (see [`finish`]); their reference samples go
+/// into `recorded`.
+fn finish_regimes(
+    a: &Against<'_>,
+    checks: &mut [RegimeCheck],
+    regimes: Vec<Option<Ran>>,
+    recorded: &mut Option<TaskSamples>,
+) {
+    for (rc, (ran, regime)) in checks
         .iter_mut()
-        .zip(regimes.into_iter().zip(&task.regimes))
+        .zip(regimes.into_iter().zip(&a.task.regimes))
     {
         let Some(r) = ran else { continue };
         let mut side = Side::default();
-        match compare_side(task, &r, seed, opts, gpu, &mut side) {
-            Ok(()) if gpu.is_none() => {
-                if let Some(s) = task_samples.and_then(|s| s.regimes.get(&regime.name)) {
-                    match against_config_samples(task, &r, &s.config, &s.buffers) {
+        match compare_side(a.task, &r, a.seed, a.opts, a.gpu, &mut side) {
+            Ok(()) if a.gpu.is_none() => {
+                if let Some(s) = a.samples.and_then(|s| s.regimes.get(&regime.name)) {
+                    match against_config_samples(a.task, &r, &s.config, &s.buffers) {
                         Ok(outputs) => {
                             rc.against = "samples".into();
                             rc.outputs = outputs;
@@ -554,11 +586,6 @@ pub fn finish(
             Err(e) => rc.error = Some(e),
         }
     }
-    if let (Some(rec), Some(t)) = (record, recorded) {
-        rec.seed = seed;
-        rec.tasks.insert(task.id.clone(), t);
-    }
-    check
 }
 
 /// Compares a run with samples taken on `config`.

@@ -250,3 +250,31 @@ pub(crate) fn run(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code is parsed once: the candidate's kernel and ABI checks and the syntax stage
+    /// (`Submission::tree`) read the same tree.
+    #[test]
+    fn one_parse_serves_the_candidate_and_the_syntax_stage() {
+        let src = "// @launch k grid=(1) block=(32)\n\
+                   extern \"C\" __global__ void k(float* y, int n) { y[0] = 1.f; }\n";
+        for sub in [
+            Submission::from_source(src),
+            Submission::from_completion(format!("```cuda\n{src}```\n")),
+        ] {
+            let candidate = sub.candidate().expect("parses");
+            let tree = sub.tree().expect("code").as_ref().expect("tree");
+            assert!(Arc::ptr_eq(candidate.tree().expect("candidate tree"), tree));
+            assert_eq!(candidate.kernels()[0].params, ["float* y", "int n"]);
+        }
+        let no_code = Submission::from_completion("no code here");
+        assert!(no_code.tree().is_none());
+        assert!(matches!(
+            no_code.candidate(),
+            Err(CandidateError::NoCodeBlock)
+        ));
+    }
+}

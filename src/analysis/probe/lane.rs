@@ -55,15 +55,7 @@ impl<'a> Lane<'a> {
 
     pub(super) fn eval_node<'t>(&mut self, n: Node<'t>) -> Val {
         match n.kind_str() {
-            "number_literal" => {
-                let t = text(n, self.src).trim_end_matches(['u', 'U', 'l', 'L']);
-                let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-                    i64::from_str_radix(h, 16).ok()
-                } else {
-                    t.parse::<i64>().ok()
-                };
-                v.map_or(Val::Unknown, Val::Int)
-            }
+            "number_literal" => number(text(n, self.src)),
             "true" => Val::Int(1),
             "false" => Val::Int(0),
             "identifier" => {
@@ -74,24 +66,7 @@ impl<'a> Lane<'a> {
                     None => Val::Unknown,
                 }
             }
-            "field_expression" => {
-                let (Some(a), Some(f)) = (n.field("argument"), n.field("field")) else {
-                    return Val::Unknown;
-                };
-                let k = match text(f, self.src) {
-                    "x" => 0,
-                    "y" => 1,
-                    "z" => 2,
-                    _ => return Val::Unknown,
-                };
-                match text(a, self.src) {
-                    "threadIdx" => Val::Int(self.tid[k]),
-                    "blockIdx" => Val::Int(self.bid[k]),
-                    "blockDim" => Val::Int(self.bdim[k]),
-                    "gridDim" => Val::Int(self.gdim[k]),
-                    _ => Val::Unknown,
-                }
-            }
+            "field_expression" => self.builtin_index(n),
             "parenthesized_expression" => n.named_child(0).map_or(Val::Unknown, |c| self.eval(c)),
             "cast_expression" => {
                 let v = n.field("value").map_or(Val::Unknown, |c| self.eval(c));
@@ -148,38 +123,64 @@ impl<'a> Lane<'a> {
                 }
                 n.field("right").map_or(Val::Unknown, |r| self.eval(r))
             }
-            "subscript_expression" => {
-                let (b, idx) = self.base_and_index(n);
-                if let (Val::Rows { param, row, elem }, Val::Int(i)) = (b, idx) {
-                    // `tile[r]` of `tile[R][C]`: a row, the access is `tile[r][c]`.
-                    return Val::Ptr {
-                        param,
-                        offset: i.saturating_mul(row),
-                        elem,
-                    };
-                }
-                self.touch(n, b, idx);
-                Val::Unknown
-            }
-            "pointer_expression" => {
-                let Some(arg) = n.field("argument") else {
-                    return Val::Unknown;
-                };
-                if n.field("operator").is_some_and(|o| o.kind_str() == "&") {
-                    // &a[i] is a pointer, not a load.
-                    if arg.kind_str() != "subscript_expression" {
-                        return Val::Unknown;
-                    }
-                    let (b, idx) = self.base_and_index(arg);
-                    return binary("+", b, idx);
-                }
-                let p = self.eval(arg);
-                self.touch(n, p, Val::Int(0));
-                Val::Unknown
-            }
+            "subscript_expression" => self.subscript(n),
+            "pointer_expression" => self.pointer(n),
             "call_expression" => self.call(n),
             _ => Val::Unknown,
         }
+    }
+
+    /// `threadIdx.x`, `blockIdx.y`, `blockDim.z`, `gridDim.x`: this lane's coordinates.
+    fn builtin_index<'t>(&mut self, n: Node<'t>) -> Val {
+        let (Some(a), Some(f)) = (n.field("argument"), n.field("field")) else {
+            return Val::Unknown;
+        };
+        let k = match text(f, self.src) {
+            "x" => 0,
+            "y" => 1,
+            "z" => 2,
+            _ => return Val::Unknown,
+        };
+        match text(a, self.src) {
+            "threadIdx" => Val::Int(self.tid[k]),
+            "blockIdx" => Val::Int(self.bid[k]),
+            "blockDim" => Val::Int(self.bdim[k]),
+            "gridDim" => Val::Int(self.gdim[k]),
+            _ => Val::Unknown,
+        }
+    }
+
+    /// `a[i]`: a load or store through a buffer, or a row of a 2-D shared array.
+    fn subscript<'t>(&mut self, n: Node<'t>) -> Val {
+        let (b, idx) = self.base_and_index(n);
+        if let (Val::Rows { param, row, elem }, Val::Int(i)) = (b, idx) {
+            // `tile[r]` of `tile[R][C]`: a row, the access is `tile[r][c]`.
+            return Val::Ptr {
+                param,
+                offset: i.saturating_mul(row),
+                elem,
+            };
+        }
+        self.touch(n, b, idx);
+        Val::Unknown
+    }
+
+    /// `*p` (an access) or `&a[i]` (a pointer).
+    fn pointer<'t>(&mut self, n: Node<'t>) -> Val {
+        let Some(arg) = n.field("argument") else {
+            return Val::Unknown;
+        };
+        if n.field("operator").is_some_and(|o| o.kind_str() == "&") {
+            // &a[i] is a pointer, not a load.
+            if arg.kind_str() != "subscript_expression" {
+                return Val::Unknown;
+            }
+            let (b, idx) = self.base_and_index(arg);
+            return binary("+", b, idx);
+        }
+        let p = self.eval(arg);
+        self.touch(n, p, Val::Int(0));
+        Val::Unknown
     }
 
     /// The pointer and the index of `a[i]`.
@@ -443,96 +444,116 @@ impl<'a> Lane<'a> {
                 }
             }
             "return_statement" => self.returned = true,
-            "if_statement" => {
-                let c = s
-                    .field("condition")
-                    .and_then(|c| c.named_child(0).or(Some(c)))
-                    .map_or(Val::Unknown, |c| self.eval(c));
-                let (then, alt) = (s.field("consequence"), s.field("alternative"));
-                let alt = alt.map(|a| {
-                    if a.kind_str() == "else_clause" {
-                        a.named_child(0).unwrap_or(a)
-                    } else {
-                        a
-                    }
-                });
-                match c {
-                    Val::Int(0) => {
-                        if let Some(a) = alt {
-                            self.exec(a);
-                        }
-                    }
-                    Val::Int(_) => {
-                        if let Some(t) = then {
-                            self.exec(t);
-                        }
-                    }
-                    _ => {
-                        // Unknown: see the accesses of both sides, without letting a
-                        // `return` in one of them end the lane.
-                        for b in [then, alt].into_iter().flatten() {
-                            self.exec(b);
-                            self.returned = false;
-                        }
-                    }
-                }
-            }
-            "for_statement" => {
-                if let Some(init) = s.field("initializer") {
-                    match init.kind_str() {
-                        "declaration" => self.declare(init),
-                        _ => {
-                            self.eval(init);
-                        }
-                    }
-                }
-                let trips = if self.count_trips {
-                    self.trip_count(s)
-                } else {
-                    Some(1.0)
-                };
-                if trips.is_none() {
-                    self.unknown_trips += 1;
-                }
-                let c = s.field("condition").map_or(Val::Int(1), |c| self.eval(c));
-                if c != Val::Int(0) {
-                    if let Some(b) = s.field("body") {
-                        let outer = self.mult;
-                        self.mult = (outer * trips.unwrap_or(1.0).max(1.0)).min(MAX_TRIPS);
-                        self.exec(b);
-                        self.mult = outer;
-                        // A `return`/`break` inside the first iteration ends nothing more.
-                    }
-                }
-            }
-            "while_statement" | "do_statement" => {
-                let c = s
-                    .field("condition")
-                    .and_then(|c| c.named_child(0).or(Some(c)))
-                    .map_or(Val::Unknown, |c| self.eval(c));
-                // A loop that waits: its exit is not known from the indices (`while (true)`
-                // or a data-dependent test) and it reads memory other blocks write.
-                let cond_text = s.field("condition").map_or("", |c| text(c, self.src));
-                let open_ended = !matches!(c, Val::Int(_))
-                    || matches!(cond_text.trim_matches(['(', ')', ' ']), "true" | "1");
-                let loop_text = text(s, self.src);
-                if open_ended
-                    && ["volatile", "atomic", "__ldcv", "ld.acquire"]
-                        .iter()
-                        .any(|w| loop_text.contains(w))
-                {
-                    self.spin_waits += 1;
-                }
-                if !matches!(c, Val::Int(_)) {
-                    self.unknown_trips += 1;
-                }
-                if c != Val::Int(0) || s.kind_str() == "do_statement" {
-                    if let Some(b) = s.field("body") {
-                        self.exec(b);
-                    }
-                }
-            }
+            "if_statement" => self.if_statement(s),
+            "for_statement" => self.for_statement(s),
+            "while_statement" | "do_statement" => self.while_statement(s),
             _ => {}
         }
     }
+
+    /// The branch a known condition takes, both when it is unknown.
+    fn if_statement<'t>(&mut self, s: Node<'t>) {
+        let c = s
+            .field("condition")
+            .and_then(|c| c.named_child(0).or(Some(c)))
+            .map_or(Val::Unknown, |c| self.eval(c));
+        let (then, alt) = (s.field("consequence"), s.field("alternative"));
+        let alt = alt.map(|a| {
+            if a.kind_str() == "else_clause" {
+                a.named_child(0).unwrap_or(a)
+            } else {
+                a
+            }
+        });
+        match c {
+            Val::Int(0) => {
+                if let Some(a) = alt {
+                    self.exec(a);
+                }
+            }
+            Val::Int(_) => {
+                if let Some(t) = then {
+                    self.exec(t);
+                }
+            }
+            _ => {
+                // Unknown: see the accesses of both sides, without letting a
+                // `return` in one of them end the lane.
+                for b in [then, alt].into_iter().flatten() {
+                    self.exec(b);
+                    self.returned = false;
+                }
+            }
+        }
+    }
+
+    /// The first iteration of a `for`, its accesses weighted by the loop's trip count.
+    fn for_statement<'t>(&mut self, s: Node<'t>) {
+        if let Some(init) = s.field("initializer") {
+            match init.kind_str() {
+                "declaration" => self.declare(init),
+                _ => {
+                    self.eval(init);
+                }
+            }
+        }
+        let trips = if self.count_trips {
+            self.trip_count(s)
+        } else {
+            Some(1.0)
+        };
+        if trips.is_none() {
+            self.unknown_trips += 1;
+        }
+        let c = s.field("condition").map_or(Val::Int(1), |c| self.eval(c));
+        if c != Val::Int(0) {
+            if let Some(b) = s.field("body") {
+                let outer = self.mult;
+                self.mult = (outer * trips.unwrap_or(1.0).max(1.0)).min(MAX_TRIPS);
+                self.exec(b);
+                self.mult = outer;
+                // A `return`/`break` inside the first iteration ends nothing more.
+            }
+        }
+    }
+
+    /// The first iteration of a `while` or `do`; a loop that waits on memory is a spin wait.
+    fn while_statement<'t>(&mut self, s: Node<'t>) {
+        let c = s
+            .field("condition")
+            .and_then(|c| c.named_child(0).or(Some(c)))
+            .map_or(Val::Unknown, |c| self.eval(c));
+        // A loop that waits: its exit is not known from the indices (`while (true)`
+        // or a data-dependent test) and it reads memory other blocks write.
+        let cond_text = s.field("condition").map_or("", |c| text(c, self.src));
+        let open_ended = !matches!(c, Val::Int(_))
+            || matches!(cond_text.trim_matches(['(', ')', ' ']), "true" | "1");
+        let loop_text = text(s, self.src);
+        if open_ended
+            && ["volatile", "atomic", "__ldcv", "ld.acquire"]
+                .iter()
+                .any(|w| loop_text.contains(w))
+        {
+            self.spin_waits += 1;
+        }
+        if !matches!(c, Val::Int(_)) {
+            self.unknown_trips += 1;
+        }
+        if c != Val::Int(0) || s.kind_str() == "do_statement" {
+            if let Some(b) = s.field("body") {
+                self.exec(b);
+            }
+        }
+    }
+}
+
+/// An integer literal (decimal or hex, suffixes dropped).
+fn number(t: &str) -> Val {
+    let t = t.trim_end_matches(['u', 'U', 'l', 'L']);
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        i64::from_str_radix(h, 16).ok()
+    } else {
+        t.parse::<i64>().ok()
+    };
+    v.map_or(Val::Unknown, Val::Int)
 }
