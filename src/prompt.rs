@@ -24,6 +24,37 @@ impl Task {
             p,
             "Kernel parameters, in this order (the default arguments of every launch):"
         );
+        self.write_params(&mut p);
+        let _ = writeln!(
+            p,
+            "\nIt is checked on these sizes (and timed on the largest):"
+        );
+        for c in &self.configs {
+            let sizes: Vec<String> = c.sizes.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            let _ = writeln!(p, "- {}", sizes.join(", "));
+        }
+        let _ = writeln!(
+            p,
+            "\nOutputs must match the original within |got - want| <= {} + {} * |want| on every element.",
+            self.tolerance.atol, self.tolerance.rtol
+        );
+        if self
+            .buffers()
+            .any(|b| b.direction.is_input() && b.dtype.is_float())
+        {
+            let _ = writeln!(
+                p,
+                "Precision: {}; results that ignore what that precision keeps are judged incorrect.",
+                self.precision.describe()
+            );
+        }
+        self.write_regimes(&mut p);
+        self.write_answer_format(&mut p);
+        p
+    }
+
+    /// The ABI, one line per parameter.
+    fn write_params(&self, p: &mut String) {
         for param in &self.params {
             match param {
                 Param::Buffer {
@@ -54,29 +85,10 @@ impl Task {
                 }
             }
         }
-        let _ = writeln!(
-            p,
-            "\nIt is checked on these sizes (and timed on the largest):"
-        );
-        for c in &self.configs {
-            let sizes: Vec<String> = c.sizes.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            let _ = writeln!(p, "- {}", sizes.join(", "));
-        }
-        let _ = writeln!(
-            p,
-            "\nOutputs must match the original within |got - want| <= {} + {} * |want| on every element.",
-            self.tolerance.atol, self.tolerance.rtol
-        );
-        if self
-            .buffers()
-            .any(|b| b.direction.is_input() && b.dtype.is_float())
-        {
-            let _ = writeln!(
-                p,
-                "Precision: {}; results that ignore what that precision keeps are judged incorrect.",
-                self.precision.describe()
-            );
-        }
+    }
+
+    /// The extra input regimes correctness is checked on, if any.
+    fn write_regimes(&self, p: &mut String) {
         if !self.regimes.is_empty() {
             let _ = writeln!(
                 p,
@@ -95,6 +107,10 @@ impl Task {
                 );
             }
         }
+    }
+
+    /// How to answer: the code block, the launch plan's syntax, the signature and the rules.
+    fn write_answer_format(&self, p: &mut String) {
         let _ = write!(
             p,
             "\nAnswer with one ```cuda code block. Above the kernels, give the launch plan as comments, one line per launch, run in order on one stream:\n\
@@ -112,6 +128,5 @@ impl Task {
             self.configs.first().and_then(|c| c.sizes.keys().next()).map_or("n", String::as_str),
             self.signature(),
         );
-        p
     }
 }

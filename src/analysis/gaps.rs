@@ -107,11 +107,95 @@ fn directive_end(b: &[u8], i: usize) -> usize {
     b.len()
 }
 
+/// The byte ranges to blank and the ends of the `#pragma unroll`s among them.
+#[derive(Default)]
+struct Gaps {
+    blank: Vec<(usize, usize)>,
+    unroll_ends: Vec<usize>,
+}
+
+impl Gaps {
+    /// A directive at `i` (a `#` starting a line): a `#pragma` is blanked. Returns its end.
+    fn directive(&mut self, b: &[u8], i: usize) -> usize {
+        let end = directive_end(b, i);
+        // Splices are removed before directives are read (translation phase 2).
+        let body = String::from_utf8_lossy(&b[i + 1..end])
+            .replace("\\\r\n", "")
+            .replace("\\\n", "");
+        let body = body.trim_start();
+        if let Some(arg) = body.strip_prefix("pragma") {
+            if arg.is_empty() || arg.starts_with(|c: char| c.is_whitespace()) {
+                self.blank.push((i, end));
+                if is_unroll(arg) {
+                    self.unroll_ends.push(end);
+                }
+            }
+        }
+        end
+    }
+
+    /// An identifier at `start`: `_Pragma(...)` and `__align__(...)` are blanked. Returns
+    /// where scanning goes on.
+    fn identifier(&mut self, src: &str, start: usize) -> usize {
+        let b = src.as_bytes();
+        let mut i = start;
+        while i < b.len() && is_ident(b[i]) {
+            i += 1;
+        }
+        let word = &src[start..i];
+        if word != "_Pragma" && word != "__align__" {
+            return i;
+        }
+        let mut open = i;
+        while open < b.len() && b[open].is_ascii_whitespace() {
+            open += 1;
+        }
+        if b.get(open) != Some(&b'(') {
+            return i;
+        }
+        let Some(end) = parens_end(b, open) else {
+            return i;
+        };
+        self.blank.push((start, end));
+        if word == "_Pragma" {
+            let inner = String::from_utf8_lossy(&b[open + 1..end - 1]);
+            if is_unroll(inner.trim().trim_start_matches('"')) {
+                self.unroll_ends.push(end);
+            }
+        }
+        end
+    }
+
+    /// `src` with the ranges replaced by spaces (line breaks kept); nothing when there are
+    /// none.
+    fn apply(self, src: &str) -> Neutralised {
+        if self.blank.is_empty() {
+            return Neutralised::default();
+        }
+        let mut out = src.as_bytes().to_vec();
+        for (s, e) in self.blank {
+            for byte in &mut out[s..e] {
+                if *byte != b'\n' && *byte != b'\r' {
+                    *byte = b' ';
+                }
+            }
+        }
+        // Whole characters were replaced by ASCII spaces, so this cannot fail; if it did,
+        // the source is parsed as it is.
+        match String::from_utf8(out) {
+            Ok(text) => Neutralised {
+                text: Some(text),
+                unroll_ends: self.unroll_ends,
+            },
+            Err(_) => Neutralised::default(),
+        }
+    }
+}
+
 /// Blanks the grammar gaps of `src` (see the module docs).
 pub(crate) fn neutralise(src: &str) -> Neutralised {
     let b = src.as_bytes();
-    let mut blank: Vec<(usize, usize)> = Vec::new();
-    let mut unroll_ends = Vec::new();
+    let mut gaps = Gaps::default();
     let mut line_start = true;
     let mut i = 0;
     while i < b.len() {
@@ -137,51 +221,12 @@ pub(crate) fn neutralise(src: &str) -> Neutralised {
                 i = literal_end(b, i);
             }
             b'#' if line_start => {
-                let end = directive_end(b, i);
-                // Splices are removed before directives are read (translation phase 2).
-                let body = String::from_utf8_lossy(&b[i + 1..end])
-                    .replace("\\\r\n", "")
-                    .replace("\\\n", "");
-                let body = body.trim_start();
-                if let Some(arg) = body.strip_prefix("pragma") {
-                    if arg.is_empty() || arg.starts_with(|c: char| c.is_whitespace()) {
-                        blank.push((i, end));
-                        if is_unroll(arg) {
-                            unroll_ends.push(end);
-                        }
-                    }
-                }
                 line_start = false;
-                i = end;
+                i = gaps.directive(b, i);
             }
             c if is_ident_start(c) => {
                 line_start = false;
-                let start = i;
-                while i < b.len() && is_ident(b[i]) {
-                    i += 1;
-                }
-                let word = &src[start..i];
-                if word != "_Pragma" && word != "__align__" {
-                    continue;
-                }
-                let mut open = i;
-                while open < b.len() && b[open].is_ascii_whitespace() {
-                    open += 1;
-                }
-                if b.get(open) != Some(&b'(') {
-                    continue;
-                }
-                let Some(end) = parens_end(b, open) else {
-                    continue;
-                };
-                blank.push((start, end));
-                if word == "_Pragma" {
-                    let inner = String::from_utf8_lossy(&b[open + 1..end - 1]);
-                    if is_unroll(inner.trim().trim_start_matches('"')) {
-                        unroll_ends.push(end);
-                    }
-                }
-                i = end;
+                i = gaps.identifier(src, i);
             }
             _ => {
                 line_start = false;
@@ -189,26 +234,7 @@ pub(crate) fn neutralise(src: &str) -> Neutralised {
             }
         }
     }
-    if blank.is_empty() {
-        return Neutralised::default();
-    }
-    let mut out = b.to_vec();
-    for (s, e) in blank {
-        for byte in &mut out[s..e] {
-            if *byte != b'\n' && *byte != b'\r' {
-                *byte = b' ';
-            }
-        }
-    }
-    // Whole characters were replaced by ASCII spaces, so this cannot fail; if it did, the
-    // source is parsed as it is.
-    match String::from_utf8(out) {
-        Ok(text) => Neutralised {
-            text: Some(text),
-            unroll_ends,
-        },
-        Err(_) => Neutralised::default(),
-    }
+    gaps.apply(src)
 }
 
 /// Whether a loop starting at byte `start` of `text` (the blanked text) follows a blanked

@@ -92,38 +92,9 @@ impl<'t> Walker<'_, 't> {
                 c
             }
         });
-        let mut trip = None;
-        let mut grid_stride = false;
+        let (mut trip, mut grid_stride) = (None, false);
         if node.kind_str() == "for_statement" {
-            if let Some(init) = node.field("initializer") {
-                self.visit(init);
-            }
-            let var = node
-                .field("initializer")
-                .and_then(|i| loop_var(i, self.src));
-            let update = node.field("update");
-            if let (Some(var), Some(upd)) = (var.as_deref(), update) {
-                let start = self.vars.get(var).cloned().unwrap_or_default();
-                let step = step_of(upd, var, self);
-                if let Some((op, step_sym)) = &step {
-                    grid_stride = start.thread_dependent() && step_sym.grid && op == "+";
-                    if let (Some(a), Some(c), Some(s)) = (start.konst, cond, step_sym.konst) {
-                        trip = bound_of(c, var, self)
-                            .and_then(|(cmp, b)| trip_count(a, &cmp, b, op, s));
-                    }
-                }
-                // The loop variable varies per iteration; it keeps its thread coefficient
-                // only when the step is the same for every thread.
-                let step_uniform = step.as_ref().is_some_and(|(op, s)| {
-                    op != "*" && !s.thread_dependent() || op == "*" && !start.thread_dependent()
-                });
-                let mut v = start.clone();
-                v.konst = None;
-                if !step_uniform {
-                    v = v.collapse();
-                }
-                self.vars.insert(var.to_string(), v);
-            }
+            (trip, grid_stride) = self.for_header(node, cond);
         } else if node.kind_str() == "while_statement" {
             if let (Some(c), Some(body)) = (cond, node.field("body")) {
                 grid_stride = self.while_grid_stride(c, body);
@@ -172,6 +143,43 @@ impl<'t> Walker<'_, 't> {
             "loop"
         };
         Self::finding(&mut l.findings, kind, node, notes.join("; "));
+    }
+
+    /// A `for` header: visits the initializer, binds the loop variable (keeping its thread
+    /// coefficient only when every thread steps alike) and gives the constant trip count and
+    /// whether the loop strides over the grid.
+    fn for_header(&mut self, node: Node<'t>, cond: Option<Node<'t>>) -> (Option<u64>, bool) {
+        let (mut trip, mut grid_stride) = (None, false);
+        if let Some(init) = node.field("initializer") {
+            self.visit(init);
+        }
+        let var = node
+            .field("initializer")
+            .and_then(|i| loop_var(i, self.src));
+        let update = node.field("update");
+        if let (Some(var), Some(upd)) = (var.as_deref(), update) {
+            let start = self.vars.get(var).cloned().unwrap_or_default();
+            let step = step_of(upd, var, self);
+            if let Some((op, step_sym)) = &step {
+                grid_stride = start.thread_dependent() && step_sym.grid && op == "+";
+                if let (Some(a), Some(c), Some(s)) = (start.konst, cond, step_sym.konst) {
+                    trip =
+                        bound_of(c, var, self).and_then(|(cmp, b)| trip_count(a, &cmp, b, op, s));
+                }
+            }
+            // The loop variable varies per iteration; it keeps its thread coefficient
+            // only when the step is the same for every thread.
+            let step_uniform = step.as_ref().is_some_and(|(op, s)| {
+                op != "*" && !s.thread_dependent() || op == "*" && !start.thread_dependent()
+            });
+            let mut v = start.clone();
+            v.konst = None;
+            if !step_uniform {
+                v = v.collapse();
+            }
+            self.vars.insert(var.to_string(), v);
+        }
+        (trip, grid_stride)
     }
 
     /// `while (i < n) { ...; i += blockDim.x * gridDim.x; }`

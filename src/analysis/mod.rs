@@ -45,6 +45,7 @@ pub(crate) mod parse;
 mod probe;
 mod score;
 mod shared;
+mod signatures;
 mod source;
 mod symbolic;
 mod sync;
@@ -59,6 +60,7 @@ pub use features::{
 pub use occupancy::{occupancy, DeviceSpec, Limiter, Occupancy, OccupancyError, DEVICES};
 pub use probe::{AccessDetail, AccessProbe, KernelProbe, MemorySpace, ProbeArg, WarpProbe};
 pub use score::{structural_score, ScoreTerm, StructuralScore};
+pub use signatures::KernelSignature;
 pub use source::{SourceTree, SyntaxProblems};
 pub use vector::FEATURE_NAMES;
 

@@ -72,6 +72,26 @@ pub fn structural_score(
     occupancy: Option<f64>,
     spills_bytes: Option<u64>,
 ) -> StructuralScore {
+    let table = score_table(features, occupancy, spills_bytes);
+    let terms: Vec<ScoreTerm> = table
+        .iter()
+        .map(|(name, w, sig)| ScoreTerm {
+            name: (*name).to_string(),
+            weight: *w,
+            contribution: w * sig,
+        })
+        .collect();
+    let raw: f64 = terms.iter().map(|t| t.contribution).sum();
+    let value = if raw.is_finite() { raw.tanh() } else { 0.0 };
+    StructuralScore { value, terms }
+}
+
+/// The terms of the table above as (name, weight, signal), in its order.
+fn score_table(
+    features: &Features,
+    occupancy: Option<f64>,
+    spills_bytes: Option<u64>,
+) -> [(&'static str, f64, f64); 19] {
     let t = &features.totals;
     let g = &t.global_accesses;
     let n = f64::from(g.coalesced + g.strided + g.uniform + g.indirect + g.unknown);
@@ -88,7 +108,7 @@ pub fn structural_score(
             .saturating_add(features.syntax.missing_nodes),
     );
     let other_atomics = y.atomics_global.saturating_sub(y.atomics_global_in_loops);
-    let table: [(&str, f64, f64); 19] = [
+    [
         ("coalesced", 0.6, frac(g.coalesced)),
         ("strided", -0.8, frac(g.strided)),
         ("indirect", -0.2, frac(g.indirect)),
@@ -144,18 +164,7 @@ pub fn structural_score(
         ),
         ("syntax_errors", -1.0, sat(syntax, 1.0)),
         ("no_kernel", -3.0, if t.kernels == 0 { 1.0 } else { 0.0 }),
-    ];
-    let terms: Vec<ScoreTerm> = table
-        .iter()
-        .map(|(name, w, sig)| ScoreTerm {
-            name: (*name).to_string(),
-            weight: *w,
-            contribution: w * sig,
-        })
-        .collect();
-    let raw: f64 = terms.iter().map(|t| t.contribution).sum();
-    let value = if raw.is_finite() { raw.tanh() } else { 0.0 };
-    StructuralScore { value, terms }
+    ]
 }
 
 #[cfg(test)]

@@ -294,18 +294,7 @@ impl<'t> Evaluator<'_, 't> {
             "true" => Sym::konst(1),
             "false" => Sym::konst(0),
             "char_literal" => Sym::uniform(),
-            "identifier" => {
-                let name = text(node, self.src);
-                if let Some(s) = vars.get(name) {
-                    s.clone()
-                } else if let Some(v) = self.consts.get(name) {
-                    Sym::konst(*v)
-                } else if name == "warpSize" {
-                    Sym::konst(32)
-                } else {
-                    Sym::uniform()
-                }
-            }
+            "identifier" => self.identifier(node, vars),
             "field_expression" => self.field(node, vars, d),
             "parenthesized_expression"
             | "cast_expression"
@@ -314,26 +303,7 @@ impl<'t> Evaluator<'_, 't> {
                 Some(inner) => self.eval(inner, vars, d),
                 None => Sym::opaque(),
             },
-            "binary_expression" => {
-                let (Some(l), Some(r), Some(op)) = (
-                    field(node, "left"),
-                    field(node, "right"),
-                    field(node, "operator"),
-                ) else {
-                    return Sym::opaque();
-                };
-                let (a, b) = (self.eval(l, vars, d), self.eval(r, vars, d));
-                match op.kind_str() {
-                    "+" | "-" | "*" | "/" | "%" | "<<" | ">>" | "&" | "|" | "^" => {
-                        a.binary(op.kind_str(), &b)
-                    }
-                    _ => {
-                        let mut j = a.join(&b).collapse();
-                        j.data = false;
-                        j
-                    }
-                }
-            }
+            "binary_expression" => self.binary(node, vars, d),
             "unary_expression" => match (field(node, "argument"), field(node, "operator")) {
                 (Some(arg), Some(op)) => {
                     let v = self.eval(arg, vars, d);
@@ -363,6 +333,42 @@ impl<'t> Evaluator<'_, 't> {
             "call_expression" => self.call(node, vars, d),
             "sizeof_expression" => Sym::uniform(),
             _ => Sym::opaque(),
+        }
+    }
+
+    /// A variable's binding, a known constant, `warpSize`, else a uniform value.
+    fn identifier(&self, node: Node<'t>, vars: &HashMap<String, Sym>) -> Sym {
+        let name = text(node, self.src);
+        if let Some(s) = vars.get(name) {
+            s.clone()
+        } else if let Some(v) = self.consts.get(name) {
+            Sym::konst(*v)
+        } else if name == "warpSize" {
+            Sym::konst(32)
+        } else {
+            Sym::uniform()
+        }
+    }
+
+    /// Arithmetic on the operands' values; comparisons and logic join them.
+    fn binary(&self, node: Node<'t>, vars: &HashMap<String, Sym>, d: usize) -> Sym {
+        let (Some(l), Some(r), Some(op)) = (
+            node.field("left"),
+            node.field("right"),
+            node.field("operator"),
+        ) else {
+            return Sym::opaque();
+        };
+        let (a, b) = (self.eval(l, vars, d), self.eval(r, vars, d));
+        match op.kind_str() {
+            "+" | "-" | "*" | "/" | "%" | "<<" | ">>" | "&" | "|" | "^" => {
+                a.binary(op.kind_str(), &b)
+            }
+            _ => {
+                let mut j = a.join(&b).collapse();
+                j.data = false;
+                j
+            }
         }
     }
 

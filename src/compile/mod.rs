@@ -16,19 +16,21 @@
 pub mod cache;
 pub mod include_guard;
 pub mod nvrtc;
+mod options;
 pub mod ptxas;
 pub mod worker;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 pub use cache::{CacheEntry, CompileCache};
 pub use include_guard::{allowed_includes_of, check_includes, ForbiddenInclude, ALLOWED_INCLUDES};
+pub use options::{valid_arch, CompileOptions, Invocation, PROGRAM_FILE};
 pub use ptxas::Resources;
 
 use crate::candidate::Candidate;
@@ -74,138 +76,6 @@ pub enum CompilerError {
         /// What failed.
         source: std::io::Error,
     },
-}
-
-/// Compile settings. Every field has a documented default.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CompileOptions {
-    /// Target architecture, `sm_XX` (default `sm_90`). A cubin, not PTX, so an older driver
-    /// never meets a newer PTX version.
-    pub arch: String,
-    /// Extra NVRTC flags from the operator (never from candidates). Default none.
-    pub extra_flags: Vec<String>,
-    /// Longest log kept in reports, in bytes (default 4096); error lines are kept first.
-    pub max_log_bytes: usize,
-    /// Wall-clock limit per compile (default 30 s). Enforced only when sandboxed.
-    pub timeout: Duration,
-    /// Persist the cache here (default: memory only). It must be a folder this process can
-    /// create and write; [`Compiler::new`] checks.
-    pub cache_dir: Option<PathBuf>,
-    /// Where compiles run (default [`Isolation::Sandboxed`]).
-    pub isolation: Isolation,
-    /// Worker executable (default: found by [`crate::worker::find_worker`]).
-    pub worker: Option<PathBuf>,
-    /// Compile workers (default: one per core).
-    pub workers: usize,
-    /// Address-space limit per compile worker (default 8 GiB).
-    pub memory_limit_bytes: Option<u64>,
-}
-
-impl Default for CompileOptions {
-    fn default() -> Self {
-        CompileOptions {
-            arch: "sm_90".into(),
-            extra_flags: Vec::new(),
-            max_log_bytes: 4096,
-            timeout: Duration::from_secs(30),
-            cache_dir: None,
-            isolation: Isolation::Sandboxed,
-            worker: None,
-            workers: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2),
-            memory_limit_bytes: Some(8 << 30),
-        }
-    }
-}
-
-/// Checks an arch string such as `sm_90` or `sm_90a`.
-pub fn valid_arch(arch: &str) -> bool {
-    arch.strip_prefix("sm_").is_some_and(|n| {
-        let digits = n.strip_suffix('a').unwrap_or(n);
-        !digits.is_empty() && digits.len() <= 3 && digits.chars().all(|c| c.is_ascii_digit())
-    })
-}
-
-impl CompileOptions {
-    /// The NVRTC flags for these options.
-    pub fn flags(&self, include_dir: Option<&std::path::Path>) -> Vec<String> {
-        let mut f = vec![
-            format!("-arch={}", self.arch),
-            "-std=c++17".to_string(),
-            "-Xptxas=-v".to_string(),
-            "--no-source-include".to_string(),
-        ];
-        if let Some(dir) = include_dir {
-            f.push(format!("-I{}", dir.display()));
-        }
-        f.extend(self.extra_flags.iter().cloned());
-        f
-    }
-
-    /// How a candidate is handed to NVRTC: a program name and flags that only make sense
-    /// together.
-    ///
-    /// NVRTC searches a quoted `#include` first in the folder of the file that contains it.
-    /// For the in-memory candidate that folder is the one of its program name, so a bare
-    /// `candidate.cu` would let `#include "cuda_fp16.h"` read a file of that name from the
-    /// process's working folder. [`CompileOptions::flags`] turns the search off with
-    /// `--no-source-include`, which also breaks the CUDA headers' own relative includes
-    /// (`crt/mma.h` includes `"mma.hpp"`, `cooperative_groups/reduce.h` includes
-    /// `"details/info.h"`): every WMMA kernel failed to compile. Here the candidate is named
-    /// as a file *inside* the CUDA include folder instead, so the folder of every file NVRTC
-    /// reads is inside that folder: the headers resolve as under nvcc, and the only files a
-    /// candidate can reach are the allowlisted headers ([`check_includes`]) and what they
-    /// include. `cccl/` (where CUDA 13 keeps `<nv/target>`) is searched too when present.
-    /// Without an include folder the flags are [`CompileOptions::flags`] (nothing to find).
-    pub fn invocation(&self, include_dir: Option<&std::path::Path>) -> Invocation {
-        let Some(dir) = include_dir else {
-            return Invocation {
-                program_name: PROGRAM_FILE.to_string(),
-                flags: self.flags(None),
-            };
-        };
-        let mut flags: Vec<String> = self
-            .flags(Some(dir))
-            .into_iter()
-            .filter(|f| f != "--no-source-include")
-            .collect();
-        let cccl = dir.join("cccl");
-        if cccl.is_dir() {
-            // Right after `-I<dir>`, before the operator's flags.
-            let at = flags
-                .iter()
-                .position(|f| f.starts_with("-I"))
-                .map_or(flags.len(), |i| i + 1);
-            flags.insert(at, format!("-I{}", cccl.display()));
-        }
-        Invocation {
-            program_name: dir.join(PROGRAM_FILE).display().to_string(),
-            flags,
-        }
-    }
-}
-
-/// The file name a candidate is compiled under (its compile log says `candidate.cu(7): ...`).
-pub const PROGRAM_FILE: &str = "candidate.cu";
-
-/// A program name and the NVRTC flags that go with it ([`CompileOptions::invocation`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invocation {
-    /// The name NVRTC gives the source; its folder is searched for quoted includes.
-    pub program_name: String,
-    /// The flags.
-    pub flags: Vec<String>,
-}
-
-impl Invocation {
-    /// The inputs of a compile that decide its result, for the cache key: the flags and the
-    /// program name (it decides where quoted includes are looked up).
-    fn key_parts(&self) -> Vec<String> {
-        let mut parts = self.flags.clone();
-        parts.push(format!("program={}", self.program_name));
-        parts
-    }
 }
 
 /// A successfully compiled module.
@@ -414,36 +284,11 @@ impl Compiler {
         let entry = match self.cache.get(&key) {
             Some(entry) => (entry, true),
             None => {
-                let raw = match &self.pool {
-                    Some(pool) => {
-                        match self.compile_in_worker(pool, source, invocation, &exprs, start) {
-                            Ok(raw) => raw,
-                            Err(outcome) => return outcome,
-                        }
-                    }
-                    None => match nvrtc::compile(
-                        source,
-                        &invocation.program_name,
-                        &invocation.flags,
-                        &exprs,
-                    ) {
-                        Ok(out) => out,
-                        Err(e) => {
-                            return CompileOutcome::Unavailable {
-                                reason: e.to_string(),
-                            }
-                        }
-                    },
-                };
-                let entry = self.entry_from(raw, invocation, lib.include_dir.as_deref());
-                let entry = match self.cache.put(&key, entry.clone()) {
-                    Ok(e) => e,
-                    Err(err) => {
-                        tracing::warn!("compile cache write failed: {err}");
-                        Arc::new(entry)
-                    }
-                };
-                (entry, false)
+                let include_dir = lib.include_dir.as_deref();
+                match self.compile_fresh(source, invocation, &exprs, &key, include_dir, start) {
+                    Ok(entry) => (entry, false),
+                    Err(outcome) => return outcome,
+                }
             }
         };
         let (entry, cached) = entry;
@@ -461,6 +306,34 @@ impl Compiler {
             }
         }
         self.outcome(&entry, cached, start)
+    }
+
+    /// Compiles `source` (in a worker when there is a pool) and stores the result under
+    /// `key`; `Err` is the outcome when the compile could not run.
+    fn compile_fresh(
+        &self,
+        source: &str,
+        invocation: &Invocation,
+        exprs: &[String],
+        key: &str,
+        include_dir: Option<&std::path::Path>,
+        start: Instant,
+    ) -> Result<Arc<CacheEntry>, CompileOutcome> {
+        let raw = match &self.pool {
+            Some(pool) => self.compile_in_worker(pool, source, invocation, exprs, start)?,
+            None => nvrtc::compile(source, &invocation.program_name, &invocation.flags, exprs)
+                .map_err(|e| CompileOutcome::Unavailable {
+                    reason: e.to_string(),
+                })?,
+        };
+        let entry = self.entry_from(raw, invocation, include_dir);
+        Ok(match self.cache.put(key, entry.clone()) {
+            Ok(e) => e,
+            Err(err) => {
+                tracing::warn!("compile cache write failed: {err}");
+                Arc::new(entry)
+            }
+        })
     }
 
     /// Why `#include <header>` alone does not compile here, or `None` when it does. Checked
@@ -694,104 +567,4 @@ fn decode(c: Compiled) -> Result<nvrtc::NvrtcOutput, CompileOutcome> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flags_are_what_nvrtc_expects() {
-        let o = CompileOptions {
-            arch: "sm_80".into(),
-            extra_flags: vec!["--use_fast_math".into()],
-            ..Default::default()
-        };
-        let f = o.flags(Some(std::path::Path::new("/cuda/include")));
-        assert_eq!(
-            f,
-            [
-                "-arch=sm_80",
-                "-std=c++17",
-                "-Xptxas=-v",
-                "--no-source-include",
-                "-I/cuda/include",
-                "--use_fast_math"
-            ]
-        );
-        assert_eq!(CompileOptions::default().flags(None)[0], "-arch=sm_90");
-    }
-
-    /// Guards the include sandbox: with an include folder the candidate is named inside it
-    /// (so quoted includes are searched there, never in the working folder), and without
-    /// one the source-folder search stays off.
-    #[test]
-    fn invocation_names_the_candidate_inside_the_include_folder() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        let o = CompileOptions {
-            extra_flags: vec!["--use_fast_math".into()],
-            ..Default::default()
-        };
-        let inc = format!("-I{}", dir.display());
-        let inv = o.invocation(Some(dir));
-        assert_eq!(
-            inv.program_name,
-            dir.join("candidate.cu").display().to_string()
-        );
-        assert_eq!(
-            inv.flags,
-            [
-                "-arch=sm_90",
-                "-std=c++17",
-                "-Xptxas=-v",
-                &inc,
-                "--use_fast_math"
-            ]
-        );
-        std::fs::create_dir(dir.join("cccl")).unwrap();
-        let cccl = format!("-I{}", dir.join("cccl").display());
-        assert_eq!(
-            o.invocation(Some(dir)).flags,
-            [
-                "-arch=sm_90",
-                "-std=c++17",
-                "-Xptxas=-v",
-                &inc,
-                &cccl,
-                "--use_fast_math"
-            ]
-        );
-        let bare = o.invocation(None);
-        assert_eq!(bare.program_name, "candidate.cu");
-        assert!(bare.flags.iter().any(|f| f == "--no-source-include"));
-        assert_ne!(inv.key_parts(), bare.key_parts());
-    }
-
-    #[test]
-    fn logs_name_the_candidate_and_hide_the_include_folder() {
-        let o = CompileOptions::default();
-        let dir = std::path::Path::new("/opt/cuda/include");
-        let inv = o.invocation(Some(dir));
-        let log =
-            "/opt/cuda/include/candidate.cu(3): error: x\n/opt/cuda/include/crt/mma.h(9): note";
-        assert_eq!(
-            clean_log(log, &inv, Some(dir)),
-            "candidate.cu(3): error: x\n<cuda-include>/crt/mma.h(9): note"
-        );
-    }
-
-    #[test]
-    fn arch_validation() {
-        for ok in ["sm_90", "sm_90a", "sm_80", "sm_120"] {
-            assert!(valid_arch(ok), "{ok}");
-        }
-        for bad in [
-            "compute_90",
-            "sm_",
-            "sm_9x",
-            "-arch=sm_90",
-            "sm_90 -I/etc",
-            "",
-        ] {
-            assert!(!valid_arch(bad), "{bad}");
-        }
-    }
-}
+mod tests;

@@ -371,6 +371,18 @@ pub fn compile(
             })
         }
     }
+    let cubin = cubin_of(&prog)?;
+    let lowered = lowered_names(&prog, added);
+    Ok(NvrtcOutput {
+        ok: true,
+        log,
+        cubin,
+        lowered,
+    })
+}
+
+/// The cubin of a compiled program.
+fn cubin_of(prog: &Program) -> Result<Vec<u8>, NvrtcError> {
     let mut size = 0usize;
     // SAFETY: prog compiled; out-parameter.
     unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }
@@ -381,6 +393,12 @@ pub fn compile(
     unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut c_char) }
         .result()
         .map_err(call_error("nvrtcGetCUBIN"))?;
+    Ok(cubin)
+}
+
+/// The lowered (mangled) names of the name expressions added before compiling, as
+/// (expression, lowered name); an expression NVRTC has no name for is left out.
+fn lowered_names(prog: &Program, added: Vec<(&CString, &String)>) -> Vec<(String, String)> {
     let mut lowered = Vec::new();
     for (e, text) in added {
         let mut ptr: *const c_char = std::ptr::null();
@@ -397,10 +415,5 @@ pub fn compile(
             lowered.push((text.clone(), s));
         }
     }
-    Ok(NvrtcOutput {
-        ok: true,
-        log,
-        cubin,
-        lowered,
-    })
+    lowered
 }

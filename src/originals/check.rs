@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::samples::{BufferSamples, Exact, RegimeSamples, Samples, TaskSamples};
+
 use super::compare::{compare, element_f64, BufferCompare};
 use super::{run_original, smallest_config, Engine, OriginalOutputs, Tools};
 use crate::candidate::{Candidate, PlanLimits};
@@ -35,76 +37,6 @@ impl Default for CheckOptions {
             limit: Duration::from_secs(120),
             samples_per_buffer: 64,
         }
-    }
-}
-
-/// Reference values sampled on a GPU, to check originals against where there is none.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Samples {
-    /// The device they were computed on.
-    pub device: String,
-    /// Input set seed.
-    pub seed: u64,
-    /// Per task.
-    pub tasks: BTreeMap<String, TaskSamples>,
-}
-
-impl Samples {
-    /// Adds `newer`'s tasks to these samples (replacing a task both have) when both were
-    /// taken with the same seed on the same device; otherwise `newer` alone, since samples
-    /// of different input sets cannot be mixed.
-    pub fn update(self, mut newer: Samples) -> Samples {
-        if self.seed != newer.seed || self.device != newer.device {
-            return newer;
-        }
-        let mut merged = self;
-        merged.tasks.append(&mut newer.tasks);
-        merged
-    }
-}
-
-/// Sampled reference values per output buffer (by name): (element index, value).
-pub type BufferSamples = BTreeMap<String, Vec<(u64, Option<Exact>)>>;
-
-/// One task's sampled reference outputs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskSamples {
-    /// The config (the smallest).
-    pub config: String,
-    /// Per output buffer: (element index, value; `None` where it is not finite, in files
-    /// written before non-finite values were recorded as such).
-    pub buffers: BufferSamples,
-    /// Per input regime of the task (by name): the same, on the regime's inputs.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub regimes: BTreeMap<String, RegimeSamples>,
-}
-
-/// One input regime's sampled reference outputs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RegimeSamples {
-    /// The config (the smallest the regime applies to).
-    pub config: String,
-    /// Per output buffer: (element index, value; NaN and infinities included).
-    pub buffers: BufferSamples,
-}
-
-/// A double written as its shortest round-trip decimal text (`"0.02524677477777004"`), so
-/// that it reads back bit for bit (JSON numbers go through a parser that may round).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Exact(pub f64);
-
-impl Serialize for Exact {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format!("{:?}", self.0))
-    }
-}
-
-impl<'de> Deserialize<'de> for Exact {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Exact, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse::<f64>()
-            .map(Exact)
-            .map_err(|e| serde::de::Error::custom(format!("`{text}` is not a number: {e}")))
     }
 }
 
@@ -518,17 +450,49 @@ pub fn finish(
             Err(e) => check.error = Some(e),
         }
     }
-    for (rc, (ran, regime)) in check
-        .regimes
+    let against = Against {
+        task,
+        seed,
+        opts,
+        gpu,
+        samples: task_samples,
+    };
+    finish_regimes(&against, &mut check.regimes, regimes, &mut recorded);
+    if let (Some(rec), Some(t)) = (record, recorded) {
+        rec.seed = seed;
+        rec.tasks.insert(task.id.clone(), t);
+    }
+    check
+}
+
+/// What the GPU half compares a run with: the device (with `gpu`) or the reference samples
+/// taken earlier.
+struct Against<'a> {
+    task: &'a Task,
+    seed: u64,
+    opts: &'a CheckOptions,
+    gpu: Option<&'a GpuCheck<'a>>,
+    samples: Option<&'a TaskSamples>,
+}
+
+/// The GPU half of each input regime's check (see [`finish`]); their reference samples go
+/// into `recorded`.
+fn finish_regimes(
+    a: &Against<'_>,
+    checks: &mut [RegimeCheck],
+    regimes: Vec<Option<Ran>>,
+    recorded: &mut Option<TaskSamples>,
+) {
+    for (rc, (ran, regime)) in checks
         .iter_mut()
-        .zip(regimes.into_iter().zip(&task.regimes))
+        .zip(regimes.into_iter().zip(&a.task.regimes))
     {
         let Some(r) = ran else { continue };
         let mut side = Side::default();
-        match compare_side(task, &r, seed, opts, gpu, &mut side) {
-            Ok(()) if gpu.is_none() => {
-                if let Some(s) = task_samples.and_then(|s| s.regimes.get(&regime.name)) {
-                    match against_config_samples(task, &r, &s.config, &s.buffers) {
+        match compare_side(a.task, &r, a.seed, a.opts, a.gpu, &mut side) {
+            Ok(()) if a.gpu.is_none() => {
+                if let Some(s) = a.samples.and_then(|s| s.regimes.get(&regime.name)) {
+                    match against_config_samples(a.task, &r, &s.config, &s.buffers) {
                         Ok(outputs) => {
                             rc.against = "samples".into();
                             rc.outputs = outputs;
@@ -554,11 +518,6 @@ pub fn finish(
             Err(e) => rc.error = Some(e),
         }
     }
-    if let (Some(rec), Some(t)) = (record, recorded) {
-        rec.seed = seed;
-        rec.tasks.insert(task.id.clone(), t);
-    }
-    check
 }
 
 /// Compares a run with samples taken on `config`.

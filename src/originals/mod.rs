@@ -12,6 +12,7 @@ mod c;
 mod check;
 mod compare;
 mod python;
+mod samples;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

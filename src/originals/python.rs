@@ -157,6 +157,38 @@ pub fn torch_eager_ms(
     flush_bytes: u64,
     limit: Duration,
 ) -> Result<Vec<Result<serde_json::Value, String>>, OriginalError> {
+    let specs = time_many_specs(items, runs, flush_bytes)?;
+    let dir = super::ScratchDir::new("torch-eager")?;
+    let spec = json!({"mode": "time_many", "items": specs});
+    let cmd = driver_command("python3", dir.path(), &spec)?;
+    let whole = |reason: String| OriginalError::Run {
+        task: "(torch-eager)".into(),
+        engine: Engine::Torch,
+        config: "timed".into(),
+        reason,
+    };
+    let (ended, _) = run_limited_full(cmd, limit).map_err(whole)?;
+    let out = match ended {
+        Ended::Exited(_, out) => out,
+        Ended::TimedOut => {
+            return Err(OriginalError::Timeout {
+                task: "(torch-eager)".into(),
+                engine: Engine::Torch,
+                config: "timed".into(),
+                seconds: limit.as_secs_f64(),
+            })
+        }
+    };
+    Ok(time_many_results(&out, items.len()))
+}
+
+/// The driver's `time_many` item of each `(task, config)`: its module, input fills and
+/// run counts.
+fn time_many_specs(
+    items: &[(&Task, &InputConfig)],
+    runs: usize,
+    flush_bytes: u64,
+) -> Result<Vec<serde_json::Value>, OriginalError> {
     let failed = |task: &Task, cfg: &InputConfig, reason: String| OriginalError::Run {
         task: task.id.clone(),
         engine: Engine::Torch,
@@ -186,32 +218,16 @@ pub fn torch_eager_ms(
             "flush_bytes": flush_bytes,
         }));
     }
-    let dir = super::ScratchDir::new("torch-eager")?;
-    let spec = json!({"mode": "time_many", "items": specs});
-    let cmd = driver_command("python3", dir.path(), &spec)?;
-    let whole = |reason: String| OriginalError::Run {
-        task: "(torch-eager)".into(),
-        engine: Engine::Torch,
-        config: "timed".into(),
-        reason,
-    };
-    let (ended, _) = run_limited_full(cmd, limit).map_err(whole)?;
-    let out = match ended {
-        Ended::Exited(_, out) => out,
-        Ended::TimedOut => {
-            return Err(OriginalError::Timeout {
-                task: "(torch-eager)".into(),
-                engine: Engine::Torch,
-                config: "timed".into(),
-                seconds: limit.as_secs_f64(),
-            })
-        }
-    };
-    let mut results: Vec<Result<serde_json::Value, String>> = (0..items.len())
+    Ok(specs)
+}
+
+/// Each item's JSON line from the driver's output, or why there is none.
+fn time_many_results(out: &str, n: usize) -> Vec<Result<serde_json::Value, String>> {
+    let mut results: Vec<Result<serde_json::Value, String>> = (0..n)
         .map(|_| {
             Err(format!(
                 "no result (the driver stopped early); its output ended with: {}",
-                tail(&out)
+                tail(out)
             ))
         })
         .collect();
@@ -219,11 +235,7 @@ pub fn torch_eager_ms(
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
     {
-        let Some(i) = v["index"]
-            .as_u64()
-            .map(|i| i as usize)
-            .filter(|&i| i < items.len())
-        else {
+        let Some(i) = v["index"].as_u64().map(|i| i as usize).filter(|&i| i < n) else {
             continue;
         };
         results[i] = match v["error"].as_str() {
@@ -231,7 +243,7 @@ pub fn torch_eager_ms(
             None => Ok(v),
         };
     }
-    Ok(results)
+    results
 }
 
 fn tail(s: &str) -> &str {

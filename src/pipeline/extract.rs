@@ -2,6 +2,9 @@
 //! the task, and the plan evaluated for every configuration the GPU stages will run — once,
 //! here, for every later stage (static occupancy, the GPU job).
 
+use std::sync::{Arc, OnceLock};
+
+use crate::analysis::{AnalysisError, SourceTree};
 use crate::candidate::{
     extract_code, Candidate, CandidateError, PlanLimits, ResolvedPlan, MAX_SOURCE_BYTES,
 };
@@ -14,11 +17,16 @@ use super::report::{ExtractErrorKind, ExtractStage};
 /// Inputs over the size caps ([`crate::candidate::MAX_COMPLETION_BYTES`] for completions,
 /// [`MAX_SOURCE_BYTES`] for code) are refused here, before anything parses them: the
 /// extract stage then reports `too_large` and no later stage runs.
+///
+/// The code is parsed with tree-sitter-cuda once, when a stage first needs it (in the
+/// evaluator's threads, not the caller's); that one tree serves the launch plan's kernel and
+/// ABI checks, the syntax stage, the structure analysis and the ranker.
 #[derive(Debug, Clone)]
 pub struct Submission {
     text: String,
     code: Option<String>,
-    parsed: Result<Candidate, CandidateError>,
+    tree: OnceLock<Result<Arc<SourceTree>, AnalysisError>>,
+    parsed: OnceLock<Result<Candidate, CandidateError>>,
 }
 
 fn too_large(code: &str) -> Option<CandidateError> {
@@ -30,37 +38,35 @@ fn too_large(code: &str) -> Option<CandidateError> {
 }
 
 impl Submission {
+    /// The submission of `code`, or of the reason there is none.
+    fn of(text: String, code: Result<String, CandidateError>) -> Submission {
+        let parsed = OnceLock::new();
+        let code = match code.and_then(|c| too_large(&c).map_or(Ok(c), Err)) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let _ = parsed.set(Err(e));
+                None
+            }
+        };
+        Submission {
+            text,
+            code,
+            tree: OnceLock::new(),
+            parsed,
+        }
+    }
+
     /// From an LLM completion (markdown with a fenced code block).
     pub fn from_completion(text: impl Into<String>) -> Submission {
         let text = text.into();
-        let (code, parsed) = match extract_code(&text) {
-            Ok(code) => match too_large(&code) {
-                Some(e) => (None, Err(e)),
-                None => {
-                    let parsed = Candidate::parse(&code);
-                    (Some(code), parsed)
-                }
-            },
-            Err(e) => (None, Err(e)),
-        };
-        Submission { text, code, parsed }
+        let code = extract_code(&text);
+        Submission::of(text, code)
     }
 
     /// From CUDA source (a `.cu` file in the candidate format).
     pub fn from_source(source: impl Into<String>) -> Submission {
         let text = source.into();
-        match too_large(&text) {
-            Some(e) => Submission {
-                text,
-                code: None,
-                parsed: Err(e),
-            },
-            None => Submission {
-                parsed: Candidate::parse(&text),
-                code: Some(text.clone()),
-                text,
-            },
-        }
+        Submission::of(text.clone(), Ok(text))
     }
 
     /// The raw text.
@@ -73,18 +79,38 @@ impl Submission {
         self.code.as_deref()
     }
 
+    /// The code's syntax tree, parsed on first use; `None` without code.
+    pub(crate) fn tree(&self) -> Option<&Result<Arc<SourceTree>, AnalysisError>> {
+        let code = self.code.as_deref()?;
+        Some(
+            self.tree
+                .get_or_init(|| SourceTree::parse(code.as_bytes()).map(Arc::new)),
+        )
+    }
+
     /// The parsed candidate (before the task's ABI check).
     pub fn candidate(&self) -> Result<&Candidate, &CandidateError> {
-        self.parsed.as_ref()
+        self.parsed
+            .get_or_init(|| {
+                let code = self.code.clone().unwrap_or_default();
+                let tree = self.tree().and_then(|t| t.as_ref().ok()).cloned();
+                Candidate::with_tree(code, tree)
+            })
+            .as_ref()
     }
 }
 
 impl From<Candidate> for Submission {
     fn from(c: Candidate) -> Submission {
+        let tree = OnceLock::new();
+        if let Some(t) = c.tree() {
+            let _ = tree.set(Ok(Arc::clone(t)));
+        }
         Submission {
             text: c.source.clone(),
             code: Some(c.source.clone()),
-            parsed: Ok(c),
+            tree,
+            parsed: OnceLock::from(Ok(c)),
         }
     }
 }
@@ -191,10 +217,14 @@ pub(crate) fn run(
     configs: Vec<usize>,
     limits: &PlanLimits,
 ) -> Extracted {
-    let checked = sub.parsed.clone().and_then(|mut c| {
-        c.check_abi(task)?;
-        Ok(c)
-    });
+    let checked = sub
+        .candidate()
+        .cloned()
+        .map_err(Clone::clone)
+        .and_then(|mut c| {
+            c.check_abi(task)?;
+            Ok(c)
+        });
     match checked {
         Ok(c) => Extracted {
             stage: ExtractStage {
@@ -218,5 +248,33 @@ pub(crate) fn run(
             candidate: None,
             plan: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code is parsed once: the candidate's kernel and ABI checks and the syntax stage
+    /// (`Submission::tree`) read the same tree.
+    #[test]
+    fn one_parse_serves_the_candidate_and_the_syntax_stage() {
+        let src = "// @launch k grid=(1) block=(32)\n\
+                   extern \"C\" __global__ void k(float* y, int n) { y[0] = 1.f; }\n";
+        for sub in [
+            Submission::from_source(src),
+            Submission::from_completion(format!("```cuda\n{src}```\n")),
+        ] {
+            let candidate = sub.candidate().expect("parses");
+            let tree = sub.tree().expect("code").as_ref().expect("tree");
+            assert!(Arc::ptr_eq(candidate.tree().expect("candidate tree"), tree));
+            assert_eq!(candidate.kernels()[0].params, ["float* y", "int n"]);
+        }
+        let no_code = Submission::from_completion("no code here");
+        assert!(no_code.tree().is_none());
+        assert!(matches!(
+            no_code.candidate(),
+            Err(CandidateError::NoCodeBlock)
+        ));
     }
 }

@@ -29,6 +29,7 @@
 
 mod compile;
 mod error;
+mod evaluation;
 mod evaluator;
 pub mod extract;
 mod gpu;
@@ -40,7 +41,8 @@ mod verdict;
 
 pub use compile::stage_of as compile_stage_of;
 pub use error::{EvalError, NoExecutor, NoRanker};
-pub use evaluator::{EvalOptions, Evaluation, Evaluator, StageUnavailable};
+pub use evaluation::{Evaluation, StageUnavailable};
+pub use evaluator::{EvalOptions, Evaluator};
 pub use extract::{select_configs, timing_config, Plan, Submission};
 pub use gpu::MAX_JOB_MEMBERS;
 pub use ranker::RANKER_MODEL_ENV;

@@ -1,6 +1,6 @@
-//! Stage 2, syntax: the one tree-sitter-cuda parse of the submission (kept for the
-//! structure and ranker stages), and its error and missing nodes — a graded signal for code
-//! that does not compile.
+//! Stage 2, syntax: the submission's one tree-sitter-cuda parse (made with the candidate,
+//! `Submission::tree`, and kept for the structure and ranker stages), and its error and
+//! missing nodes — a graded signal for code that does not compile.
 //!
 //! Only errors of the code count. The grammar misparses some valid CUDA: the gaps that can
 //! be blanked before parsing are (`#pragma` as a brace-less loop body, `_Pragma`,
@@ -12,11 +12,6 @@ use std::sync::Arc;
 use crate::analysis::{AnalysisError, SourceTree};
 
 use super::report::SyntaxStage;
-
-/// Parses `code` once; the tree is shared by the later stages.
-pub(crate) fn parse(code: &str) -> Result<Arc<SourceTree>, AnalysisError> {
-    SourceTree::parse(code.as_bytes()).map(Arc::new)
-}
 
 /// The syntax stage of a parsed source, or of a source the parser refused.
 pub(crate) fn stage(tree: &Result<Arc<SourceTree>, AnalysisError>) -> SyntaxStage {

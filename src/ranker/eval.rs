@@ -372,6 +372,24 @@ struct FoldFit {
     compare: Option<CompareFn>,
 }
 
+impl CvReport {
+    /// A report of `k_folds` folds with nothing measured yet.
+    fn empty(name: &str, k_folds: usize, config: &RankerConfig) -> CvReport {
+        CvReport {
+            scorer: name.to_owned(),
+            k_folds,
+            seed: config.seed,
+            min_log_ratio: config.min_log_ratio,
+            chance: 0.5,
+            accuracy: AccuracyBreakdown::default(),
+            folds: Vec::with_capacity(k_folds),
+            held_out_scores: Vec::new(),
+            calibration: None,
+            held_out_pairs: Vec::new(),
+        }
+    }
+}
+
 fn run_folds(
     data: &RankingData,
     folds: &[Vec<String>],
@@ -379,18 +397,7 @@ fn run_folds(
     name: &str,
     mut fit: impl FnMut(&[String]) -> Result<FoldFit>,
 ) -> Result<CvReport> {
-    let mut report = CvReport {
-        scorer: name.to_owned(),
-        k_folds: folds.len(),
-        seed: config.seed,
-        min_log_ratio: config.min_log_ratio,
-        chance: 0.5,
-        accuracy: AccuracyBreakdown::default(),
-        folds: Vec::with_capacity(folds.len()),
-        held_out_scores: Vec::new(),
-        calibration: None,
-        held_out_pairs: Vec::new(),
-    };
+    let mut report = CvReport::empty(name, folds.len(), config);
     let mut compared = Vec::new();
     let mut all_test_pairs = Vec::new();
     let mut pooled_scores = vec![f64::NAN; data.samples.len()];
@@ -445,17 +452,26 @@ fn run_folds(
     report.accuracy = accuracy_of(data, &all_test_pairs, &pooled_scores);
     report.held_out_scores = pooled_scores;
     if !compared.is_empty() {
-        let by_pair: BTreeMap<usize, (f64, f64)> =
-            compared.iter().map(|&(i, p, u)| (i, (p, u))).collect();
-        let pairs: Vec<usize> = by_pair.keys().copied().collect();
-        report.calibration = Some(calibration(
-            data,
-            &pairs,
-            config.min_log_ratio,
-            |i| by_pair[&i].0,
-            |i| by_pair[&i].1,
-        ));
+        report.calibration = Some(calibration_of(data, &compared, config));
         report.held_out_pairs = compared;
     }
     Ok(report)
+}
+
+/// The calibration of the held-out comparisons `(pair, probability, uncertainty)`.
+fn calibration_of(
+    data: &RankingData,
+    compared: &[(usize, f64, f64)],
+    config: &RankerConfig,
+) -> Calibration {
+    let by_pair: BTreeMap<usize, (f64, f64)> =
+        compared.iter().map(|&(i, p, u)| (i, (p, u))).collect();
+    let pairs: Vec<usize> = by_pair.keys().copied().collect();
+    calibration(
+        data,
+        &pairs,
+        config.min_log_ratio,
+        |i| by_pair[&i].0,
+        |i| by_pair[&i].1,
+    )
 }

@@ -212,80 +212,89 @@ fn parse_metadata(text: &str, meta_path: &Path) -> Result<Metadata> {
     };
     let mut value: serde_json::Value = serde_json::from_str(text).map_err(json_error)?;
     if let Some(config) = value.get_mut("config").and_then(|c| c.as_object_mut()) {
-        for (key, legacy) in LEGACY_CONFIG {
-            if !config.contains_key(*key) {
-                config.insert((*key).into(), serde_json::json!(legacy));
-            }
-        }
-        config
-            .entry("calibrate")
-            .or_insert(serde_json::json!(false));
-        for key in ["ensemble", "min_epochs"] {
-            if let Some(e) = config.get_mut(key).filter(|e| e.is_f64()) {
-                *e = serde_json::json!(e.as_f64().unwrap_or(0.0) as u64);
-            }
-        }
+        fill_legacy_config(config);
     }
     let meta: Metadata = serde_json::from_value(value).map_err(json_error)?;
-    let invalid = |reason: String| RankerError::InvalidModel {
+    check_metadata(&meta).map_err(|reason| RankerError::InvalidModel {
         path: meta_path.to_path_buf(),
         reason,
-    };
+    })?;
+    Ok(meta)
+}
+
+/// Fills in the `config` keys of models written before they existed, with the values those
+/// models were trained with.
+fn fill_legacy_config(config: &mut serde_json::Map<String, serde_json::Value>) {
+    for (key, legacy) in LEGACY_CONFIG {
+        if !config.contains_key(*key) {
+            config.insert((*key).into(), serde_json::json!(legacy));
+        }
+    }
+    config
+        .entry("calibrate")
+        .or_insert(serde_json::json!(false));
+    for key in ["ensemble", "min_epochs"] {
+        if let Some(e) = config.get_mut(key).filter(|e| e.is_f64()) {
+            *e = serde_json::json!(e.as_f64().unwrap_or(0.0) as u64);
+        }
+    }
+}
+
+/// What is wrong with a model's metadata, if anything (the reason of
+/// [`RankerError::InvalidModel`]).
+fn check_metadata(meta: &Metadata) -> std::result::Result<(), String> {
     if meta.format != MODEL_FORMAT {
-        return Err(invalid(format!(
+        return Err(format!(
             "`format` is `{}`, expected `{MODEL_FORMAT}`",
             meta.format
-        )));
+        ));
     }
     if !(OLDEST_FORMAT_VERSION..=MODEL_FORMAT_VERSION).contains(&meta.format_version) {
-        return Err(invalid(format!(
+        return Err(format!(
             "`format_version` is {}, this version of cudaperf reads \
              {OLDEST_FORMAT_VERSION} to {MODEL_FORMAT_VERSION}",
             meta.format_version
-        )));
+        ));
     }
     if meta.members == 0 || meta.members > 64 {
-        return Err(invalid(format!(
-            "`members` is {}, must be 1 to 64",
-            meta.members
-        )));
+        return Err(format!("`members` is {}, must be 1 to 64", meta.members));
     }
     if !(meta.training.temperature.is_finite() && meta.training.temperature > 0.0) {
-        return Err(invalid(format!(
+        return Err(format!(
             "`training.temperature` is {}, must be finite and > 0",
             meta.training.temperature
-        )));
+        ));
     }
     let dim = meta.feature_names.len();
     if dim == 0 {
-        return Err(invalid("`feature_names` is empty".into()));
+        return Err("`feature_names` is empty".into());
     }
     if meta.normalizer.dim() != dim || !meta.normalizer.is_valid() {
-        return Err(invalid(format!(
+        return Err(format!(
             "`normalizer` must hold {dim} finite means and {dim} finite positive deviations \
              (one per feature name)"
-        )));
+        ));
     }
     let dims = layer_dims(dim, &meta.config.hidden);
     if meta.layer_dims != dims {
-        return Err(invalid(format!(
+        return Err(format!(
             "`layer_dims` is {:?}, but {dim} features and `config.hidden` {:?} give {dims:?}",
             meta.layer_dims, meta.config.hidden
-        )));
+        ));
     }
     meta.config
         .validate()
-        .map_err(|e| invalid(format!("`config`: {e}")))?;
+        .map_err(|e| format!("`config`: {e}"))?;
     if meta.weights_file.is_empty()
         || Path::new(&meta.weights_file).components().count() != 1
         || meta.weights_file.starts_with('.')
     {
-        return Err(invalid(format!(
+        return Err(format!(
             "`weights_file` `{}` must be a plain file name inside the model folder",
             meta.weights_file
-        )));
+        ));
     }
-    Ok(meta)
+    Ok(())
 }
 
 fn from_parts(meta: Metadata, weights: &[u8], weights_path: &Path) -> Result<TrainedRanker> {

@@ -52,10 +52,8 @@
 //! [`SyncFeatures`]: crate::analysis::SyncFeatures
 
 use super::error::{RankerError, Result};
-use crate::analysis::{Features, KernelFeatures, ProbeArg, SourceTree, WarpProbe};
-use crate::candidate::{
-    kernel_params, Candidate, PlanLimits, ResolvedArg, ResolvedLaunch, ResolvedPlan,
-};
+use crate::analysis::{AccessProbe, Features, KernelFeatures, ProbeArg, SourceTree, WarpProbe};
+use crate::candidate::{Candidate, PlanLimits, ResolvedArg, ResolvedLaunch, ResolvedPlan};
 use crate::pipeline::timing_config;
 use crate::task::{InputConfig, Param, Task};
 
@@ -252,124 +250,221 @@ pub fn launch_features_named(
     }
     let param_lens = param_lens(task, config, what)?;
     let n = param_lens.iter().copied().max().unwrap_or(0).max(1) as f64;
-    let sms = f64::from(REFERENCE_SMS);
-
-    let (mut threads_sum, mut passes, mut max_serial) = (0.0f64, 0.0f64, 0.0f64);
-    let (mut max_blocks, mut min_blocks) = (0.0f64, f64::INFINITY);
-    let (mut small, mut small_work) = (0u32, 0.0f64);
-    let (mut global_atomics, mut shared_atomics) = (0.0f64, 0.0f64);
-    let (mut widest_threads, mut widest_block) = (0.0f64, 1.0f64);
-    let mut max_smem = 0u32;
+    let mut sums = PlanSums::new();
     // Sectors a warp's global accesses touch over the fewest they could (concrete probe).
     let mut parsed = None;
     let tree = tree_for(tree, source, &mut parsed);
     let probe = tree.map(WarpProbe::new);
-    let (mut excess_sum, mut excess_n, mut excess_max) = (0.0f64, 0usize, 0.0f64);
     for (li, l) in plan.launches.iter().enumerate() {
         if let Some(probe) = &probe {
             let args = probe_args(task, config, l);
-            for a in probe.run(&l.kernel, l.grid, l.block, &args) {
-                let e = (f64::from(a.sectors) / f64::from(a.ideal.max(1)))
-                    .max(1.0)
-                    .ln();
-                excess_sum += e;
-                excess_n += 1;
-                excess_max = excess_max.max(e);
-            }
+            sums.add_probe(&probe.run(&l.kernel, l.grid, l.block, &args));
         }
-        let blocks = l.grid.iter().map(|&g| f64::from(g)).product::<f64>();
-        let block = l.block.iter().map(|&b| f64::from(b)).product::<f64>();
-        let threads = blocks * block;
         let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
         let kernel = features.kernels.iter().find(|k| k.name == base);
-        let accessed = kernel.and_then(|k| accessed_params(source, k, l.args.len()));
+        let accessed = kernel.and_then(|k| accessed_params(tree, k, l.args.len()));
+        let swept = Swept {
+            param_lens: &param_lens,
+            scratch_lens: &plan.scratch_lens,
+            accessed: accessed.as_deref(),
+        };
+        let elems = swept.elements(l).ok_or_else(|| {
+            launch_error(
+                what,
+                format!(
+                    "launch {} (`{}`): an argument is out of range",
+                    li + 1,
+                    l.kernel
+                ),
+            )
+        })?;
+        sums.add_launch(l, elems, n, kernel);
+    }
+    Ok(sums.named(plan.launches.len(), n))
+}
+
+/// What one launch's arguments hold: the element counts of the ABI buffers and of the
+/// scratch buffers, and which of its parameters the kernel reads or writes (if known).
+struct Swept<'a> {
+    param_lens: &'a [u64],
+    scratch_lens: &'a [u64],
+    accessed: Option<&'a [bool]>,
+}
+
+impl Swept<'_> {
+    /// `elems_l` of the module docs: the largest buffer passed that the kernel accesses
+    /// (every buffer passed when that is not known or none is), at least 1; `None` when an
+    /// argument is out of range.
+    fn elements(&self, l: &ResolvedLaunch) -> Option<f64> {
         let (mut elems, mut touched) = (0u64, 0u64);
         for (ai, a) in l.args.iter().enumerate() {
             let len = match *a {
-                ResolvedArg::Param { index } => param_lens.get(index).copied(),
-                ResolvedArg::Scratch { index } => plan.scratch_lens.get(index).copied(),
+                ResolvedArg::Param { index } => self.param_lens.get(index).copied(),
+                ResolvedArg::Scratch { index } => self.scratch_lens.get(index).copied(),
                 ResolvedArg::Int { .. } => Some(0),
-            };
-            let len = len.ok_or_else(|| {
-                launch_error(
-                    what,
-                    format!(
-                        "launch {} (`{}`): an argument is out of range",
-                        li + 1,
-                        l.kernel
-                    ),
-                )
-            })?;
+            }?;
             elems = elems.max(len);
-            if accessed.as_ref().is_some_and(|a| a[ai]) {
+            if self.accessed.is_some_and(|a| a[ai]) {
                 touched = touched.max(len);
             }
         }
         if touched > 0 {
             elems = touched;
         }
-        let elems = elems.max(1) as f64;
+        Some(elems.max(1) as f64)
+    }
+}
+
+/// The sums and extremes over a plan's launches that the features are made of.
+struct PlanSums {
+    threads: f64,
+    passes: f64,
+    max_serial: f64,
+    max_blocks: f64,
+    min_blocks: f64,
+    small: u32,
+    small_work: f64,
+    global_atomics: f64,
+    shared_atomics: f64,
+    widest_threads: f64,
+    widest_block: f64,
+    max_smem: u32,
+    excess_sum: f64,
+    excess_n: usize,
+    excess_max: f64,
+}
+
+impl PlanSums {
+    fn new() -> PlanSums {
+        PlanSums {
+            threads: 0.0,
+            passes: 0.0,
+            max_serial: 0.0,
+            max_blocks: 0.0,
+            min_blocks: f64::INFINITY,
+            small: 0,
+            small_work: 0.0,
+            global_atomics: 0.0,
+            shared_atomics: 0.0,
+            widest_threads: 0.0,
+            widest_block: 1.0,
+            max_smem: 0,
+            excess_sum: 0.0,
+            excess_n: 0,
+            excess_max: 0.0,
+        }
+    }
+
+    /// The probed global accesses of one launch.
+    fn add_probe(&mut self, accesses: &[AccessProbe]) {
+        for a in accesses {
+            let e = (f64::from(a.sectors) / f64::from(a.ideal.max(1)))
+                .max(1.0)
+                .ln();
+            self.excess_sum += e;
+            self.excess_n += 1;
+            self.excess_max = self.excess_max.max(e);
+        }
+    }
+
+    /// One launch sweeping `elems` elements of a problem of `n`, running `kernel` (its
+    /// atomics; `None` when the analysis did not find it).
+    fn add_launch(
+        &mut self,
+        l: &ResolvedLaunch,
+        elems: f64,
+        n: f64,
+        kernel: Option<&KernelFeatures>,
+    ) {
+        let sms = f64::from(REFERENCE_SMS);
+        let blocks = l.grid.iter().map(|&g| f64::from(g)).product::<f64>();
+        let block = l.block.iter().map(|&b| f64::from(b)).product::<f64>();
+        let threads = blocks * block;
         let per_thread = elems / threads;
-        threads_sum += threads;
-        passes += elems / n;
-        max_serial = max_serial.max(per_thread);
-        max_blocks = max_blocks.max(blocks);
-        min_blocks = min_blocks.min(blocks);
+        self.threads += threads;
+        self.passes += elems / n;
+        self.max_serial = self.max_serial.max(per_thread);
+        self.max_blocks = self.max_blocks.max(blocks);
+        self.min_blocks = self.min_blocks.min(blocks);
         if blocks < sms {
-            small += 1;
-            small_work += elems / n;
+            self.small += 1;
+            self.small_work += elems / n;
         }
-        if threads > widest_threads {
-            widest_threads = threads;
-            widest_block = block;
+        if threads > self.widest_threads {
+            self.widest_threads = threads;
+            self.widest_block = block;
         }
-        max_smem = max_smem.max(l.smem);
+        self.max_smem = self.max_smem.max(l.smem);
         if let Some(k) = kernel {
             let s = &k.sync;
             let repeat = per_thread.max(1.0);
             let looped = f64::from(s.atomics_global_in_loops);
             let once = f64::from(s.atomics_global.saturating_sub(s.atomics_global_in_loops));
-            global_atomics += threads * (once + looped * repeat);
-            shared_atomics += threads * f64::from(s.atomics_shared) * repeat;
+            self.global_atomics += threads * (once + looped * repeat);
+            self.shared_atomics += threads * f64::from(s.atomics_shared) * repeat;
         }
     }
-    Ok(vec![
-        ("launch_count", ln1p(plan.launches.len() as f64)),
-        ("launch_elements", ln1p(n)),
-        ("launch_threads_per_element", ln_ratio(threads_sum / n)),
-        ("launch_passes", ln1p(passes)),
-        ("launch_max_elements_per_thread", ln1p(max_serial)),
-        ("launch_max_blocks_per_sm", ln_ratio(max_blocks / sms)),
-        ("launch_min_blocks_per_sm", ln_ratio(min_blocks / sms)),
-        ("launch_small_grids", ln1p(f64::from(small))),
-        ("launch_small_grid_work", ln1p(small_work)),
-        (
-            "launch_global_atomics_per_element",
-            ln1p(global_atomics / n),
-        ),
-        (
-            "launch_shared_atomics_per_element",
-            ln1p(shared_atomics / n),
-        ),
-        ("launch_block_threads", ln_ratio(widest_block)),
-        ("launch_max_smem_kib", ln1p(f64::from(max_smem) / 1024.0)),
-        (
-            "launch_sector_excess_mean",
-            if excess_n > 0 {
-                (excess_sum / excess_n as f64) as f32
-            } else {
-                0.0
-            },
-        ),
-        ("launch_sector_excess_max", excess_max as f32),
-    ])
+
+    /// The features, in [`LAUNCH_FEATURE_NAMES`] order, of a plan of `launches` launches
+    /// over a problem of `n` elements.
+    fn named(&self, launches: usize, n: f64) -> Vec<(&'static str, f32)> {
+        let sms = f64::from(REFERENCE_SMS);
+        let PlanSums {
+            threads: threads_sum,
+            passes,
+            max_serial,
+            max_blocks,
+            min_blocks,
+            small,
+            small_work,
+            global_atomics,
+            shared_atomics,
+            widest_block,
+            max_smem,
+            excess_sum,
+            excess_n,
+            excess_max,
+            ..
+        } = *self;
+        vec![
+            ("launch_count", ln1p(launches as f64)),
+            ("launch_elements", ln1p(n)),
+            ("launch_threads_per_element", ln_ratio(threads_sum / n)),
+            ("launch_passes", ln1p(passes)),
+            ("launch_max_elements_per_thread", ln1p(max_serial)),
+            ("launch_max_blocks_per_sm", ln_ratio(max_blocks / sms)),
+            ("launch_min_blocks_per_sm", ln_ratio(min_blocks / sms)),
+            ("launch_small_grids", ln1p(f64::from(small))),
+            ("launch_small_grid_work", ln1p(small_work)),
+            (
+                "launch_global_atomics_per_element",
+                ln1p(global_atomics / n),
+            ),
+            (
+                "launch_shared_atomics_per_element",
+                ln1p(shared_atomics / n),
+            ),
+            ("launch_block_threads", ln_ratio(widest_block)),
+            ("launch_max_smem_kib", ln1p(f64::from(max_smem) / 1024.0)),
+            (
+                "launch_sector_excess_mean",
+                if excess_n > 0 {
+                    (excess_sum / excess_n as f64) as f32
+                } else {
+                    0.0
+                },
+            ),
+            ("launch_sector_excess_max", excess_max as f32),
+        ]
+    }
 }
 
 /// Which of a kernel's `args` parameters (by position) it loads from or stores to, from the
 /// analysis' global-access findings; `None` when the parameter list cannot be read, does not
-/// match the launch, or the findings were capped (not every access is listed).
+/// match the launch, or the findings were capped (not every access is listed). The
+/// parameter list is read from the source's syntax tree (`None` without one).
 pub(crate) fn accessed_params(
-    source: &str,
+    tree: Option<&SourceTree>,
     kernel: &KernelFeatures,
     args: usize,
 ) -> Option<Vec<bool>> {
@@ -378,7 +473,11 @@ pub(crate) fn accessed_params(
     if g.findings.len() < listed as usize {
         return None;
     }
-    let params: Vec<String> = kernel_params(source, &kernel.name)?
+    let params: Vec<String> = tree?
+        .kernel_signatures()
+        .into_iter()
+        .find(|k| k.name == kernel.name)?
+        .params
         .into_iter()
         .filter(|p| p.trim() != "void")
         .collect();

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::register_font;
 
@@ -93,49 +94,83 @@ fn draw(history: &TrainingHistory, path: &Path) -> std::result::Result<(), Strin
             SeriesLabelPosition::LowerRight,
         ),
     ];
-    for (area, (title, (y0, y1), [train, val], legend_at)) in
-        [&left, &right].into_iter().zip(panels)
-    {
-        let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(52)
-            .build_cartesian_2d(1.0..last, y0..y1)
-            .map_err(|x| e(&x))?;
-        chart
-            .configure_mesh()
-            .x_desc("epoch")
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.2}"))
-            .label_style(("sans-serif", 13))
-            .light_line_style(RGBColor(246, 246, 246))
-            .draw()
-            .map_err(|x| e(&x))?;
-        let best = history.best_epoch as f64;
-        chart
-            .draw_series(LineSeries::new([(best, y0), (best, y1)], BEST))
-            .map_err(|x| e(&x))?;
-        chart
-            .draw_series(LineSeries::new(train, TRAIN.stroke_width(2)))
-            .map_err(|x| e(&x))?
-            .label("train")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], TRAIN.stroke_width(2)));
-        if !val.is_empty() {
-            chart
-                .draw_series(LineSeries::new(val, VAL.stroke_width(2)))
-                .map_err(|x| e(&x))?
-                .label("validation")
-                .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], VAL.stroke_width(2)));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .position(legend_at)
-            .draw()
-            .map_err(|x| e(&x))?;
+    let best = history.best_epoch as f64;
+    for (area, (title, y, [train, val], legend_at)) in [&left, &right].into_iter().zip(panels) {
+        let panel = Panel {
+            title,
+            y,
+            train,
+            val,
+            legend_at,
+        };
+        draw_panel(area, panel, last, best)?;
     }
     root.present().map_err(|x| e(&x))
+}
+
+/// One chart of the plot: its title, y range, the training and validation series, and
+/// where the legend goes.
+struct Panel {
+    title: &'static str,
+    y: (f64, f64),
+    train: Series,
+    val: Series,
+    legend_at: SeriesLabelPosition,
+}
+
+/// Draws `panel` over epochs 1 to `last`, with the best epoch marked.
+fn draw_panel(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    panel: Panel,
+    last: f64,
+    best: f64,
+) -> std::result::Result<(), String> {
+    let e = |err: &dyn std::fmt::Display| err.to_string();
+    let Panel {
+        title,
+        y: (y0, y1),
+        train,
+        val,
+        legend_at,
+    } = panel;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(52)
+        .build_cartesian_2d(1.0..last, y0..y1)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("epoch")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .label_style(("sans-serif", 13))
+        .light_line_style(RGBColor(246, 246, 246))
+        .draw()
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(LineSeries::new([(best, y0), (best, y1)], BEST))
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(LineSeries::new(train, TRAIN.stroke_width(2)))
+        .map_err(|x| e(&x))?
+        .label("train")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], TRAIN.stroke_width(2)));
+    if !val.is_empty() {
+        chart
+            .draw_series(LineSeries::new(val, VAL.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label("validation")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], VAL.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .position(legend_at)
+        .draw()
+        .map_err(|x| e(&x))?;
+    Ok(())
 }

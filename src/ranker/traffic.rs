@@ -54,8 +54,8 @@
 
 use super::error::Result;
 use super::launch::{ln1p, param_lens, probe_args, tree_for, LaunchInput};
-use crate::analysis::{Features, KernelProbe, MemorySpace, WarpProbe};
-use crate::candidate::ResolvedArg;
+use crate::analysis::{Features, KernelFeatures, KernelProbe, MemorySpace, WarpProbe};
+use crate::candidate::{ResolvedArg, ResolvedLaunch};
 
 /// Prefix of every traffic feature name.
 pub const TRAFFIC_PREFIX: &str = "traffic_";
@@ -165,22 +165,8 @@ pub fn traffic_features_named(
     let mut parsed = None;
     let tree = tree_for(tree, source, &mut parsed);
     let probe = tree.map(WarpProbe::new);
-    let d = H200;
     let mut t = Totals::default();
     for l in &plan.launches {
-        let blocks = l
-            .grid
-            .iter()
-            .map(|&g| f64::from(g))
-            .product::<f64>()
-            .max(1.0);
-        let block = l
-            .block
-            .iter()
-            .map(|&b| f64::from(b))
-            .product::<f64>()
-            .max(1.0);
-        let threads = blocks * block;
         let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
         let kernel = features.kernels.iter().find(|k| k.name == base);
         let kp: KernelProbe = probe
@@ -196,6 +182,35 @@ pub fn traffic_features_named(
                 _ => 0.0,
             }
         };
+        t.add_launch(l, kernel, &kp, &arg_len, &H200);
+    }
+    Ok(t.named(n))
+}
+
+/// A launch's shape on the device: blocks, threads, and how many fit on the SMs.
+struct LaunchShape {
+    blocks: f64,
+    threads: f64,
+    /// Blocks resident per SM.
+    bps: f64,
+    active_sms: f64,
+    resident_threads: f64,
+}
+
+impl LaunchShape {
+    fn of(l: &ResolvedLaunch, kernel: Option<&KernelFeatures>, d: &Device) -> LaunchShape {
+        let blocks = l
+            .grid
+            .iter()
+            .map(|&g| f64::from(g))
+            .product::<f64>()
+            .max(1.0);
+        let block = l
+            .block
+            .iter()
+            .map(|&b| f64::from(b))
+            .product::<f64>()
+            .max(1.0);
         // Occupancy from the block size and shared memory (registers are not known here).
         let smem = kernel.map_or(0.0, |k| k.shared.static_bytes as f64) + f64::from(l.smem);
         let mut bps = (d.threads_per_sm / block)
@@ -204,43 +219,82 @@ pub fn traffic_features_named(
         if smem > 0.0 {
             bps = bps.min((d.smem_bytes / smem).floor().max(1.0));
         }
-        let active_sms = blocks.min(d.sms);
-        let resident_threads = bps.min((blocks / d.sms).ceil()) * block;
+        LaunchShape {
+            blocks,
+            threads: blocks * block,
+            bps,
+            active_sms: blocks.min(d.sms),
+            resident_threads: bps.min((blocks / d.sms).ceil()) * block,
+        }
+    }
+}
 
-        let (mut requested, mut invariant, mut wavefronts, mut excess) = (0.0, 0.0, 0.0, 0.0);
-        let mut unique_arrays: Vec<(usize, f64)> = Vec::new();
-        let mut sweeps: Vec<(usize, usize, f64)> = Vec::new(); // (array, loop accesses, bytes)
+/// The probed accesses of one launch, summed.
+#[derive(Default)]
+struct Tally {
+    requested: f64,
+    invariant: f64,
+    wavefronts: f64,
+    excess: f64,
+    /// Each global array once: (parameter, bytes).
+    unique_arrays: Vec<(usize, f64)>,
+    /// Arrays swept in loops: (array, loop accesses, bytes).
+    sweeps: Vec<(usize, usize, f64)>,
+}
+
+impl Tally {
+    fn of(kp: &KernelProbe, s: &LaunchShape, arg_len: &dyn Fn(usize) -> f64) -> Tally {
+        let mut t = Tally::default();
+        let threads = s.threads;
         for a in &kp.accesses {
             let bytes = f64::from(a.elem_bytes);
             match a.space {
                 MemorySpace::Global => {
                     let waste = f64::from(a.probe.sectors) / f64::from(a.probe.ideal.max(1));
                     let r = threads * a.trips * bytes * waste.max(1.0);
-                    requested += r;
-                    if a.block_invariant && blocks > 1.0 {
-                        invariant += r;
+                    t.requested += r;
+                    if a.block_invariant && s.blocks > 1.0 {
+                        t.invariant += r;
                     }
-                    if !unique_arrays.iter().any(|&(i, _)| i == a.array) {
-                        unique_arrays.push((a.array, arg_len(a.array) * bytes));
+                    if !t.unique_arrays.iter().any(|&(i, _)| i == a.array) {
+                        t.unique_arrays.push((a.array, arg_len(a.array) * bytes));
                     }
                     if a.trips > 1.0 {
-                        match sweeps.iter_mut().find(|s| s.0 == a.array) {
+                        match t.sweeps.iter_mut().find(|s| s.0 == a.array) {
                             Some(s) => {
                                 s.1 += 1;
                                 s.2 = s.2.max(a.trips * bytes);
                             }
-                            None => sweeps.push((a.array, 1, a.trips * bytes)),
+                            None => t.sweeps.push((a.array, 1, a.trips * bytes)),
                         }
                     }
                 }
                 MemorySpace::Shared => {
                     let deg = f64::from(a.bank_degree.max(1));
-                    wavefronts += threads / 32.0 * a.trips * deg;
-                    excess += threads / 32.0 * a.trips * (deg - 1.0);
+                    t.wavefronts += threads / 32.0 * a.trips * deg;
+                    t.excess += threads / 32.0 * a.trips * (deg - 1.0);
                 }
             }
         }
-        let mut unique: f64 = unique_arrays.iter().map(|&(_, b)| b).sum();
+        t
+    }
+}
+
+impl Totals {
+    /// Adds launch `l` of `kernel` (its analysis, if found), probed as `kp`; `arg_len(i)`
+    /// is the element count of its `i`-th argument.
+    fn add_launch(
+        &mut self,
+        l: &ResolvedLaunch,
+        kernel: Option<&KernelFeatures>,
+        kp: &KernelProbe,
+        arg_len: &dyn Fn(usize) -> f64,
+        d: &Device,
+    ) {
+        let s = LaunchShape::of(l, kernel, d);
+        let a = Tally::of(kp, &s, arg_len);
+        let requested = a.requested;
+        let mut unique: f64 = a.unique_arrays.iter().map(|&(_, b)| b).sum();
         let dram = if kp.accesses.iter().any(|a| a.space == MemorySpace::Global) {
             let redundant = (requested - unique).max(0.0);
             let miss = if unique > 0.0 {
@@ -248,8 +302,8 @@ pub fn traffic_features_named(
             } else {
                 0.0
             };
-            t.redundant += redundant;
-            t.seconds += redundant * (1.0 - miss) / d.l2_bw;
+            self.redundant += redundant;
+            self.seconds += redundant * (1.0 - miss) / d.l2_bw;
             requested.min(unique) + redundant * miss
         } else {
             // Nothing probed: one pass over the largest buffer it is handed (4-byte elements).
@@ -257,52 +311,57 @@ pub fn traffic_features_named(
             unique
         };
         // Bytes a thread sweeps more than once (a row kept for its second pass).
-        let reuse_per_thread: f64 = sweeps.iter().filter(|s| s.1 > 1).map(|s| s.2).sum();
-        let reuse_sm = resident_threads * reuse_per_thread;
-        t.reuse_l1 = t.reuse_l1.max(reuse_sm / d.l1_bytes);
-        t.reuse_l2 = t.reuse_l2.max(reuse_sm * active_sms / d.l2_bytes);
-        t.dram += dram;
-        t.unique += unique;
-        t.invariant += invariant;
-        t.wavefronts += wavefronts;
-        t.conflict_excess += excess;
-        t.barriers += blocks * kp.barriers;
-        if blocks < d.sms {
-            t.serial_barriers += kp.barriers;
+        let reuse_per_thread: f64 = a.sweeps.iter().filter(|s| s.1 > 1).map(|s| s.2).sum();
+        let reuse_sm = s.resident_threads * reuse_per_thread;
+        self.reuse_l1 = self.reuse_l1.max(reuse_sm / d.l1_bytes);
+        self.reuse_l2 = self.reuse_l2.max(reuse_sm * s.active_sms / d.l2_bytes);
+        self.dram += dram;
+        self.unique += unique;
+        self.invariant += a.invariant;
+        self.wavefronts += a.wavefronts;
+        self.conflict_excess += a.excess;
+        self.barriers += s.blocks * kp.barriers;
+        if s.blocks < d.sms {
+            self.serial_barriers += kp.barriers;
         }
         let spins = kp.spin_waits > 0;
         if spins {
-            t.chain_blocks += blocks;
+            self.chain_blocks += s.blocks;
         }
-        t.unknown_trips += f64::from(kp.unknown_trips);
+        self.unknown_trips += f64::from(kp.unknown_trips);
 
-        let flops = threads * kernel.map_or(0.0, |k| k.compute.weighted_flops);
-        let bw = d.dram_bw.min(active_sms * d.sm_bw);
-        let waves = (blocks / (active_sms * bps)).ceil();
-        t.seconds += (dram / bw).max(flops / d.flops)
-            + wavefronts / (active_sms * d.clock)
+        let flops = s.threads * kernel.map_or(0.0, |k| k.compute.weighted_flops);
+        let bw = d.dram_bw.min(s.active_sms * d.sm_bw);
+        let waves = (s.blocks / (s.active_sms * s.bps)).ceil();
+        self.seconds += (dram / bw).max(flops / d.flops)
+            + a.wavefronts / (s.active_sms * d.clock)
             + waves * kp.barriers * d.barrier_s
-            + if spins { blocks * d.chain_s } else { 0.0 }
+            + if spins { s.blocks * d.chain_s } else { 0.0 }
             + d.launch_s;
     }
-    let unique = t.unique.max(1.0);
-    Ok(vec![
-        ("traffic_dram_bytes_per_element", ln1p(t.dram / n)),
-        ("traffic_redundant_reads", ln1p(t.redundant / unique)),
-        ("traffic_block_invariant_reads", ln1p(t.invariant / unique)),
-        ("traffic_reuse_set_l1", ln1p(t.reuse_l1)),
-        ("traffic_reuse_set_l2", ln1p(t.reuse_l2)),
-        (
-            "traffic_shared_wavefronts_per_element",
-            ln1p(t.wavefronts / n),
-        ),
-        ("traffic_bank_conflict_excess", ln1p(t.conflict_excess / n)),
-        ("traffic_barriers_per_element", ln1p(256.0 * t.barriers / n)),
-        ("traffic_serial_barriers", ln1p(t.serial_barriers)),
-        ("traffic_chain_blocks", ln1p(t.chain_blocks)),
-        ("traffic_unknown_trips", ln1p(t.unknown_trips)),
-        ("traffic_estimated_time_us", ln1p(t.seconds * 1e6)),
-    ])
+
+    /// The features, in [`TRAFFIC_FEATURE_NAMES`] order, for a problem of `n` elements.
+    fn named(&self, n: f64) -> Vec<(&'static str, f32)> {
+        let t = self;
+        let unique = t.unique.max(1.0);
+        vec![
+            ("traffic_dram_bytes_per_element", ln1p(t.dram / n)),
+            ("traffic_redundant_reads", ln1p(t.redundant / unique)),
+            ("traffic_block_invariant_reads", ln1p(t.invariant / unique)),
+            ("traffic_reuse_set_l1", ln1p(t.reuse_l1)),
+            ("traffic_reuse_set_l2", ln1p(t.reuse_l2)),
+            (
+                "traffic_shared_wavefronts_per_element",
+                ln1p(t.wavefronts / n),
+            ),
+            ("traffic_bank_conflict_excess", ln1p(t.conflict_excess / n)),
+            ("traffic_barriers_per_element", ln1p(256.0 * t.barriers / n)),
+            ("traffic_serial_barriers", ln1p(t.serial_barriers)),
+            ("traffic_chain_blocks", ln1p(t.chain_blocks)),
+            ("traffic_unknown_trips", ln1p(t.unknown_trips)),
+            ("traffic_estimated_time_us", ln1p(t.seconds * 1e6)),
+        ]
+    }
 }
 
 /// The traffic feature vector, one value per entry of [`TRAFFIC_FEATURE_NAMES`].

@@ -33,7 +33,7 @@ use super::config::RankerConfig;
 use super::data::{split_tasks, RankingData};
 use super::error::{RankerError, Result};
 use super::eval::pair_loss_and_accuracy;
-use super::model::{layer_dims, read_vec, MlpWeights};
+use super::model::{layer_dims, read_vec, MlpWeights, ScorerNet};
 use super::normalize::Normalizer;
 use super::rng::SplitMix64;
 use super::trained::{MemberSummary, TrainedRanker, TrainingSummary};
@@ -260,19 +260,117 @@ impl MemberRun {
     }
 }
 
-/// Trains one scorer on `tasks` (its validation split drawn with `config.seed`) from the
-/// normalised feature rows `normed`.
-fn train_member(
-    device: &Device,
+/// What every epoch of one member's training reads: the pairs, the normalised feature rows
+/// (`dim` values each), the settings and the autodiff device.
+struct Epochs<'a> {
+    data: &'a RankingData,
+    normed: &'a [f32],
+    dim: usize,
+    config: &'a RankerConfig,
+    ad: Device,
+    train_pairs: Vec<usize>,
+    val_pairs: Vec<usize>,
+}
+
+/// One epoch's evaluation: the weights, the training accuracy and the validation loss and
+/// accuracy (`None` without validation pairs).
+struct EpochEval {
+    weights: MlpWeights,
+    train_accuracy: f64,
+    val: Option<(f32, f64)>,
+}
+
+impl Epochs<'_> {
+    /// The feature rows of samples `idx`, concatenated.
+    fn rows(&self, idx: impl Iterator<Item = usize>) -> Vec<f32> {
+        let dim = self.dim;
+        idx.flat_map(|s| self.normed[s * dim..(s + 1) * dim].iter().copied())
+            .collect()
+    }
+
+    /// The loss of one batch of pairs (what backpropagates: the weighted ranking loss, plus
+    /// the input L1 penalty), the ranking loss's value and the batch's total pair weight.
+    fn batch_loss(
+        &self,
+        model: &ScorerNet,
+        batch: &[usize],
+        rng: &mut SplitMix64,
+        epoch: usize,
+    ) -> Result<(Tensor<1>, f32, f32)> {
+        let (config, ad, b, dim) = (self.config, &self.ad, batch.len(), self.dim);
+        let pairs = batch.iter().map(|&i| self.data.pairs[i]);
+        let xf = self.rows(pairs.clone().map(|p| p.fast));
+        let xs = self.rows(pairs.clone().map(|p| p.slow));
+        let w: Vec<f32> = pairs
+            .clone()
+            .map(|p| config.pair_weight(p.log_ratio))
+            .collect();
+        let targets: Vec<f32> = pairs.map(|p| config.pair_target(p.log_ratio)).collect();
+        let w_total: f32 = w.iter().sum();
+        let w_norm: Vec<f32> = w.iter().map(|x| x / w_total).collect();
+
+        let xf = Tensor::<2>::from_data(TensorData::new(xf, [b, dim]), ad);
+        let xs = Tensor::<2>::from_data(TensorData::new(xs, [b, dim]), ad);
+        let wt = Tensor::<1>::from_data(TensorData::new(w_norm, [b]), ad);
+        let tt = Tensor::<1>::from_data(TensorData::new(targets, [b]), ad);
+        let mut mask = dropout_masks(config.dropout, ad, rng);
+        let sf = model.forward_with_dropout(xf, &mut mask);
+        let ss = model.forward_with_dropout(xs, &mut mask);
+        // Cross-entropy against the soft target: t·log σ(d) + (1 − t)·log σ(−d).
+        let d = sf - ss;
+        let ll = log_sigmoid(d.clone()).mul(tt.clone())
+            + log_sigmoid(d.neg()).mul(tt.neg().add_scalar(1.0));
+        let mut loss = ll.mul(wt).sum().neg();
+        let ranking_loss = loss.clone();
+        if config.input_l1 > 0.0 {
+            if let Some(first) = model.layers.first() {
+                let l1 = first.weight.val().abs().sum().mul_scalar(config.input_l1);
+                loss = loss + l1;
+            }
+        }
+        let value = read_vec(ranking_loss)?.first().copied().unwrap_or(f32::NAN);
+        if !value.is_finite() {
+            return Err(RankerError::Diverged { epoch, loss: value });
+        }
+        Ok((loss, value, w_total))
+    }
+
+    /// Evaluates the model after an epoch with the plain forward pass (same numbers as burn,
+    /// no graph to build).
+    fn evaluate(&self, model: &ScorerNet) -> Result<EpochEval> {
+        let weights = MlpWeights::from_module(model)?;
+        let scores: Vec<f64> = self
+            .normed
+            .chunks_exact(self.dim)
+            .map(|x| f64::from(weights.forward(x)))
+            .collect();
+        let (_, train_accuracy) =
+            pair_loss_and_accuracy(self.data, &self.train_pairs, &scores, self.config);
+        let val = (!self.val_pairs.is_empty())
+            .then(|| pair_loss_and_accuracy(self.data, &self.val_pairs, &scores, self.config));
+        Ok(EpochEval {
+            weights,
+            train_accuracy,
+            val,
+        })
+    }
+}
+
+/// A member's split of the tasks and the pairs of each side.
+struct MemberPairs {
+    train_tasks: Vec<String>,
+    val_tasks: Vec<String>,
+    train_pairs: Vec<usize>,
+    val_pairs: Vec<usize>,
+}
+
+/// The training and validation pairs of `tasks` (the validation split drawn with
+/// `config.seed`), refused when the training pairs cannot teach an order.
+fn member_pairs(
     data: &RankingData,
     tasks: &[String],
-    normed: &[f32],
     config: &RankerConfig,
-    member: usize,
-    progress: &mut impl FnMut(EpochStats),
-) -> Result<MemberRun> {
-    let start = Instant::now();
-    let dim = data.feature_names.len();
+) -> Result<MemberPairs> {
     let (train_tasks, val_tasks) = split_tasks(tasks, config.validation_fraction, config.seed);
     let train_set: BTreeSet<&str> = train_tasks.iter().map(String::as_str).collect();
     let val_set: BTreeSet<&str> = val_tasks.iter().map(String::as_str).collect();
@@ -291,94 +389,95 @@ fn train_member(
             ),
         });
     }
+    Ok(MemberPairs {
+        train_tasks,
+        val_tasks,
+        train_pairs,
+        val_pairs,
+    })
+}
 
-    let mut rng = SplitMix64::new(config.seed);
-    let init = MlpWeights::init(&layer_dims(dim, &config.hidden), &mut rng);
-    let ad = device.clone().autodiff();
-    let mut model = init.to_module(&ad);
-    let weight_decay =
-        (config.weight_decay > 0.0).then(|| WeightDecayConfig::new(config.weight_decay));
-    let mut optim = AdamConfig::new().with_weight_decay(weight_decay).init();
+/// The best weights so far (with their validation loss) and the epochs since.
+#[derive(Default)]
+struct Best {
+    kept: Option<(f32, MlpWeights)>,
+    val_accuracy: Option<f64>,
+    since: usize,
+}
 
-    let mut history = TrainingHistory::default();
-    let mut best: Option<(f32, MlpWeights)> = None;
-    let mut best_val_accuracy = None;
-    let mut since_best = 0usize;
-    let mut order = train_pairs.clone();
-    let rows = |idx: &mut dyn Iterator<Item = usize>| -> Vec<f32> {
-        idx.flat_map(|s| normed[s * dim..(s + 1) * dim].iter().copied())
-            .collect()
-    };
-
-    for epoch in 1..=config.epochs {
-        rng.shuffle(&mut order);
-        let (mut loss_sum, mut weight_sum) = (0.0f64, 0.0f64);
-        for batch in order.chunks(config.batch_size) {
-            let b = batch.len();
-            let pairs = batch.iter().map(|&i| data.pairs[i]);
-            let xf = rows(&mut pairs.clone().map(|p| p.fast));
-            let xs = rows(&mut pairs.clone().map(|p| p.slow));
-            let w: Vec<f32> = pairs
-                .clone()
-                .map(|p| config.pair_weight(p.log_ratio))
-                .collect();
-            let targets: Vec<f32> = pairs.map(|p| config.pair_target(p.log_ratio)).collect();
-            let w_total: f32 = w.iter().sum();
-            let w_norm: Vec<f32> = w.iter().map(|x| x / w_total).collect();
-
-            let xf = Tensor::<2>::from_data(TensorData::new(xf, [b, dim]), &ad);
-            let xs = Tensor::<2>::from_data(TensorData::new(xs, [b, dim]), &ad);
-            let wt = Tensor::<1>::from_data(TensorData::new(w_norm, [b]), &ad);
-            let tt = Tensor::<1>::from_data(TensorData::new(targets, [b]), &ad);
-            let mut mask = dropout_masks(config.dropout, &ad, &mut rng);
-            let sf = model.forward_with_dropout(xf, &mut mask);
-            let ss = model.forward_with_dropout(xs, &mut mask);
-            // Cross-entropy against the soft target: t·log σ(d) + (1 − t)·log σ(−d).
-            let d = sf - ss;
-            let ll = log_sigmoid(d.clone()).mul(tt.clone())
-                + log_sigmoid(d.neg()).mul(tt.neg().add_scalar(1.0));
-            let mut loss = ll.mul(wt).sum().neg();
-            let ranking_loss = loss.clone();
-            if config.input_l1 > 0.0 {
-                if let Some(first) = model.layers.first() {
-                    let l1 = first.weight.val().abs().sum().mul_scalar(config.input_l1);
-                    loss = loss + l1;
-                }
-            }
-
-            let value = read_vec(ranking_loss)?.first().copied().unwrap_or(f32::NAN);
-            if !value.is_finite() {
-                return Err(RankerError::Diverged { epoch, loss: value });
-            }
-            loss_sum += f64::from(value) * f64::from(w_total);
-            weight_sum += f64::from(w_total);
-
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optim.step(config.learning_rate, model, grads);
-        }
-
-        // Evaluate with the plain forward pass: same numbers as burn, no graph to build.
-        let weights = MlpWeights::from_module(&model)?;
-        let scores: Vec<f64> = normed
-            .chunks_exact(dim)
-            .map(|x| f64::from(weights.forward(x)))
-            .collect();
-        let (_, train_accuracy) = pair_loss_and_accuracy(data, &train_pairs, &scores, config);
-        let val = (!val_pairs.is_empty())
-            .then(|| pair_loss_and_accuracy(data, &val_pairs, &scores, config));
-        let improved = match (val, &best) {
+impl Best {
+    /// Keeps `e`'s weights if they improved on the best (always before `min_epochs`, and
+    /// without validation); whether they did.
+    fn offer(&mut self, e: EpochEval, epoch: usize, config: &RankerConfig) -> bool {
+        let improved = match (e.val, &self.kept) {
             // Before `min_epochs` the latest weights are kept whatever the validation says.
             _ if epoch <= config.min_epochs => true,
             (Some((l, _)), Some((best_loss, _))) => l < best_loss - 1e-6,
             _ => true, // first epoch, or no validation: the latest weights are the ones kept
         };
         if improved {
-            best = Some((val.map_or(f32::NAN, |v| v.0), weights));
-            best_val_accuracy = val.map(|v| v.1);
-            history.best_epoch = epoch;
-            since_best = 0;
+            self.kept = Some((e.val.map_or(f32::NAN, |v| v.0), e.weights));
+            self.val_accuracy = e.val.map(|v| v.1);
+            self.since = 0;
         } else {
-            since_best += 1;
+            self.since += 1;
+        }
+        improved
+    }
+}
+
+/// Trains one scorer on `tasks` (its validation split drawn with `config.seed`) from the
+/// normalised feature rows `normed`.
+fn train_member(
+    device: &Device,
+    data: &RankingData,
+    tasks: &[String],
+    normed: &[f32],
+    config: &RankerConfig,
+    member: usize,
+    progress: &mut impl FnMut(EpochStats),
+) -> Result<MemberRun> {
+    let start = Instant::now();
+    let dim = data.feature_names.len();
+    let MemberPairs {
+        train_tasks,
+        val_tasks,
+        train_pairs,
+        val_pairs,
+    } = member_pairs(data, tasks, config)?;
+    let mut rng = SplitMix64::new(config.seed);
+    let init = MlpWeights::init(&layer_dims(dim, &config.hidden), &mut rng);
+    let epochs = Epochs {
+        data,
+        normed,
+        dim,
+        config,
+        ad: device.clone().autodiff(),
+        train_pairs,
+        val_pairs,
+    };
+    let mut model = init.to_module(&epochs.ad);
+    let weight_decay =
+        (config.weight_decay > 0.0).then(|| WeightDecayConfig::new(config.weight_decay));
+    let mut optim = AdamConfig::new().with_weight_decay(weight_decay).init();
+    let mut history = TrainingHistory::default();
+    let mut best = Best::default();
+    let mut order = epochs.train_pairs.clone();
+    for epoch in 1..=config.epochs {
+        rng.shuffle(&mut order);
+        let (mut loss_sum, mut weight_sum) = (0.0f64, 0.0f64);
+        for batch in order.chunks(config.batch_size) {
+            let (loss, value, w_total) = epochs.batch_loss(&model, batch, &mut rng, epoch)?;
+            loss_sum += f64::from(value) * f64::from(w_total);
+            weight_sum += f64::from(w_total);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(config.learning_rate, model, grads);
+        }
+        let e = epochs.evaluate(&model)?;
+        let (train_accuracy, val) = (e.train_accuracy, e.val);
+        let improved = best.offer(e, epoch, config);
+        if improved {
+            history.best_epoch = epoch;
         }
         let stats = EpochStats {
             member,
@@ -392,35 +491,47 @@ fn train_member(
         };
         history.epochs.push(stats.clone());
         progress(stats);
-        if val.is_some() && since_best >= config.patience {
+        if val.is_some() && best.since >= config.patience {
             history.stopped_early = epoch < config.epochs;
             break;
         }
     }
-
-    let (best_loss, weights) = best.ok_or_else(|| RankerError::NoPairs {
-        reason: "no epoch ran".into(),
-    })?;
     history.seconds = start.elapsed().as_secs_f64();
-    let summary = TrainingSummary {
-        epochs_run: history.epochs.len(),
-        best_epoch: history.best_epoch,
-        best_val_loss: best_loss.is_finite().then_some(best_loss),
-        best_val_accuracy,
-        train_tasks,
-        val_tasks,
-        train_pairs: train_pairs.len(),
-        val_pairs: val_pairs.len(),
-        members: Vec::new(),
-        temperature: 1.0,
-    };
-    Ok(MemberRun {
-        weights,
-        history,
-        summary,
-        seed: config.seed,
-        val_pairs,
-    })
+    epochs.finish(best, history, train_tasks, val_tasks)
+}
+
+impl Epochs<'_> {
+    /// The member's run: the best weights, the history and the summary of its training.
+    fn finish(
+        self,
+        best: Best,
+        history: TrainingHistory,
+        train_tasks: Vec<String>,
+        val_tasks: Vec<String>,
+    ) -> Result<MemberRun> {
+        let (best_loss, weights) = best.kept.ok_or_else(|| RankerError::NoPairs {
+            reason: "no epoch ran".into(),
+        })?;
+        let summary = TrainingSummary {
+            epochs_run: history.epochs.len(),
+            best_epoch: history.best_epoch,
+            best_val_loss: best_loss.is_finite().then_some(best_loss),
+            best_val_accuracy: best.val_accuracy,
+            train_tasks,
+            val_tasks,
+            train_pairs: self.train_pairs.len(),
+            val_pairs: self.val_pairs.len(),
+            members: Vec::new(),
+            temperature: 1.0,
+        };
+        Ok(MemberRun {
+            weights,
+            history,
+            summary,
+            seed: self.config.seed,
+            val_pairs: self.val_pairs,
+        })
+    }
 }
 
 /// Inverted-dropout masks (keep with probability `1 − p`, scaled by `1 / (1 − p)`), drawn

@@ -209,30 +209,9 @@ pub fn episode_advantages(group: &[Episode], opts: &EpisodeOptions) -> Result<Ep
     if let Some(episode) = group.iter().position(|e| e.turns.is_empty()) {
         return Err(RlError::EmptyEpisode { episode });
     }
-    // Comparison groups as lists of (episode, turn).
-    let max_turns = group.iter().map(|e| e.turns.len()).max().unwrap_or(0);
-    let sets: Vec<Vec<(usize, usize)>> = match opts.grouping {
-        TurnGrouping::PerTurn => (0..max_turns)
-            .map(|t| {
-                (0..group.len())
-                    .filter(|&e| t < group[e].turns.len())
-                    .map(|e| (e, t))
-                    .collect()
-            })
-            .collect(),
-        TurnGrouping::Pooled => vec![group
-            .iter()
-            .enumerate()
-            .flat_map(|(e, ep)| (0..ep.turns.len()).map(move |t| (e, t)))
-            .collect()],
-    };
-
+    let sets = comparison_sets(group, opts.grouping);
     let mut rewards: Vec<Vec<f64>> = group.iter().map(Episode::rewards).collect();
-    let unscored_turns: Vec<[usize; 2]> = rewards
-        .iter()
-        .enumerate()
-        .flat_map(|(e, r)| (0..r.len()).filter(|&t| r[t].is_nan()).map(move |t| [e, t]))
-        .collect();
+    let unscored_turns = nan_positions(&rewards);
     if let (UnscoredPolicy::Error, Some(&[e, t])) = (opts.unscored, unscored_turns.first()) {
         return Err(RlError::NonFinite {
             index: t,
@@ -240,26 +219,13 @@ pub fn episode_advantages(group: &[Episode], opts: &EpisodeOptions) -> Result<Ep
         });
     }
     if opts.noise_aware {
-        for set in &sets {
-            let reports: Vec<&RewardReport> = set
-                .iter()
-                .map(|&(e, t)| &group[e].turns[t].report)
-                .collect();
-            let adjusted = advantage::noise_aware_rewards(reports.iter().copied())?;
-            for (&(e, t), (new, r)) in set.iter().zip(adjusted.iter().zip(&reports)) {
-                rewards[e][t] += new - r.value;
-            }
-        }
+        noise_aware(group, &sets, &mut rewards)?;
     }
     let returns: Vec<Vec<f64>> = rewards
         .iter()
         .map(|r| returns_with_unscored(r, opts.gamma))
         .collect::<Result<_>>()?;
-    let skipped_turns: Vec<[usize; 2]> = returns
-        .iter()
-        .enumerate()
-        .flat_map(|(e, r)| (0..r.len()).filter(|&t| r[t].is_nan()).map(move |t| [e, t]))
-        .collect();
+    let skipped_turns = nan_positions(&returns);
     let mut per_episode: Vec<Vec<Option<f64>>> =
         group.iter().map(|e| vec![None; e.turns.len()]).collect();
     let (mut dropped_groups, mut unscored_groups) = (0, 0);
@@ -285,6 +251,54 @@ pub fn episode_advantages(group: &[Episode], opts: &EpisodeOptions) -> Result<Ep
         skipped_turns,
         unscored_groups,
     })
+}
+
+/// The comparison groups of a group of episodes, as lists of (episode, turn).
+fn comparison_sets(group: &[Episode], grouping: TurnGrouping) -> Vec<Vec<(usize, usize)>> {
+    let max_turns = group.iter().map(|e| e.turns.len()).max().unwrap_or(0);
+    match grouping {
+        TurnGrouping::PerTurn => (0..max_turns)
+            .map(|t| {
+                (0..group.len())
+                    .filter(|&e| t < group[e].turns.len())
+                    .map(|e| (e, t))
+                    .collect()
+            })
+            .collect(),
+        TurnGrouping::Pooled => vec![group
+            .iter()
+            .enumerate()
+            .flat_map(|(e, ep)| (0..ep.turns.len()).map(move |t| (e, t)))
+            .collect()],
+    }
+}
+
+/// The (episode, turn) of every NaN in per-episode values.
+fn nan_positions(values: &[Vec<f64>]) -> Vec<[usize; 2]> {
+    values
+        .iter()
+        .enumerate()
+        .flat_map(|(e, r)| (0..r.len()).filter(|&t| r[t].is_nan()).map(move |t| [e, t]))
+        .collect()
+}
+
+/// Replaces each turn's reward by its noise-aware value within its comparison group.
+fn noise_aware(
+    group: &[Episode],
+    sets: &[Vec<(usize, usize)>],
+    rewards: &mut [Vec<f64>],
+) -> Result<()> {
+    for set in sets {
+        let reports: Vec<&RewardReport> = set
+            .iter()
+            .map(|&(e, t)| &group[e].turns[t].report)
+            .collect();
+        let adjusted = advantage::noise_aware_rewards(reports.iter().copied())?;
+        for (&(e, t), (new, r)) in set.iter().zip(adjusted.iter().zip(&reports)) {
+            rewards[e][t] += new - r.value;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::marker::PhantomData;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -79,6 +79,52 @@ const STDERR_KEEP_BYTES: usize = 4096;
 pub fn last_lines(text: &str, n: usize, sep: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join(sep)
+}
+
+/// The worker's stdout as lines on a channel, read by a thread; `None` once it ends.
+fn read_lines(stdout: ChildStdout) -> Receiver<Option<String>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        loop {
+            let mut line = String::new();
+            // A worker's line is bounded by what it chooses to print; cap it anyway.
+            match reader.by_ref().take(64 << 20).read_line(&mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(None);
+                    return;
+                }
+                Ok(_) => {
+                    if tx.send(Some(line)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The last [`STDERR_KEEP_BYTES`] of the worker's stderr, drained by a thread.
+fn keep_stderr_tail(stderr: ChildStderr) -> Arc<Mutex<VecDeque<u8>>> {
+    let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_KEEP_BYTES)));
+    let tail2 = Arc::clone(&tail);
+    std::thread::spawn(move || {
+        // Drain stderr continuously so a printf flood never blocks the worker.
+        let mut stderr = stderr;
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if let Ok(mut t) = tail2.lock() {
+                t.extend(&buf[..n]);
+                let excess = t.len().saturating_sub(STDERR_KEEP_BYTES);
+                t.drain(..excess);
+            }
+        }
+    });
+    tail
 }
 
 /// A running worker process.
@@ -187,42 +233,8 @@ impl Worker {
             .stderr
             .take()
             .ok_or_else(|| std::io::Error::other("no stderr pipe"))?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            loop {
-                let mut line = String::new();
-                // A worker's line is bounded by what it chooses to print; cap it anyway.
-                match reader.by_ref().take(64 << 20).read_line(&mut line) {
-                    Ok(0) | Err(_) => {
-                        let _ = tx.send(None);
-                        return;
-                    }
-                    Ok(_) => {
-                        if tx.send(Some(line)).is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_KEEP_BYTES)));
-        let tail2 = Arc::clone(&tail);
-        std::thread::spawn(move || {
-            // Drain stderr continuously so a printf flood never blocks the worker.
-            let mut stderr = stderr;
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                if let Ok(mut t) = tail2.lock() {
-                    t.extend(&buf[..n]);
-                    let excess = t.len().saturating_sub(STDERR_KEEP_BYTES);
-                    t.drain(..excess);
-                }
-            }
-        });
+        let rx = read_lines(stdout);
+        let tail = keep_stderr_tail(stderr);
         Ok(Worker {
             child,
             stdin,
@@ -435,64 +447,76 @@ fn run_on_slot<J: Serialize, R: DeserializeOwned>(
         .write_all(line.as_bytes())
         .and_then(|_| worker.stdin.flush())
         .is_ok();
-    let outcome = if !write_ok {
+    if !write_ok {
         let reason = worker.exit_reason();
-        crash(slot, reason)
-    } else {
-        loop {
-            let now = Instant::now();
-            let Some(worker) = slot.worker.as_mut() else {
-                break JobOutcome::Unavailable {
-                    reason: "worker missing (internal error)".into(),
-                };
+        return crash(slot, reason);
+    }
+    await_answer(slot, id, deadline, limit)
+}
+
+/// Waits until `deadline` for the worker's answer to job `id` (answers to jobs that already
+/// timed out are skipped); a worker that ends, breaks the protocol or does not answer in
+/// time is stopped.
+fn await_answer<R: DeserializeOwned>(
+    slot: &mut Slot,
+    id: u64,
+    deadline: Instant,
+    limit: Duration,
+) -> JobOutcome<R> {
+    loop {
+        let now = Instant::now();
+        let Some(worker) = slot.worker.as_mut() else {
+            break JobOutcome::Unavailable {
+                reason: "worker missing (internal error)".into(),
             };
-            match worker
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(now))
-            {
-                Ok(Some(text)) => match serde_json::from_str::<Response<R>>(&text) {
-                    Ok(resp) if resp.id == id => {
-                        if resp.restart {
-                            // The worker's state (e.g. its CUDA context) is unusable.
-                            if let Some(w) = slot.worker.take() {
-                                w.kill();
-                            }
-                            slot.restarts += 1;
-                        }
-                        break match (resp.result, resp.error) {
-                            (Some(r), _) => JobOutcome::Done(r),
-                            (None, Some(reason)) => JobOutcome::Refused { reason },
-                            (None, None) => JobOutcome::Refused {
-                                reason: "the worker answered with neither a result nor an error"
-                                    .into(),
-                            },
-                        };
-                    }
-                    Ok(_) => continue, // A stale answer to a job that already timed out.
-                    Err(e) => {
-                        let snippet: String = text.chars().take(200).collect();
-                        break crash(slot, format!("worker broke the protocol ({e}): {snippet}"));
-                    }
-                },
-                Ok(None) => {
-                    let reason = worker.exit_reason();
-                    break crash(slot, reason);
+        };
+        match worker
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(now))
+        {
+            Ok(Some(text)) => match serde_json::from_str::<Response<R>>(&text) {
+                Ok(resp) if resp.id == id => break answered(slot, resp),
+                Ok(_) => continue, // A stale answer to a job that already timed out.
+                Err(e) => {
+                    let snippet: String = text.chars().take(200).collect();
+                    break crash(slot, format!("worker broke the protocol ({e}): {snippet}"));
                 }
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Some(w) = slot.worker.take() {
-                        w.kill();
-                    }
-                    slot.restarts += 1;
-                    break JobOutcome::Timeout { limit };
+            },
+            Ok(None) => {
+                let reason = worker.exit_reason();
+                break crash(slot, reason);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(w) = slot.worker.take() {
+                    w.kill();
                 }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let reason = worker.exit_reason();
-                    break crash(slot, reason);
-                }
+                slot.restarts += 1;
+                break JobOutcome::Timeout { limit };
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let reason = worker.exit_reason();
+                break crash(slot, reason);
             }
         }
-    };
-    outcome
+    }
+}
+
+/// The outcome of the worker's answer; a worker that asks for it is restarted.
+fn answered<R>(slot: &mut Slot, resp: Response<R>) -> JobOutcome<R> {
+    if resp.restart {
+        // The worker's state (e.g. its CUDA context) is unusable.
+        if let Some(w) = slot.worker.take() {
+            w.kill();
+        }
+        slot.restarts += 1;
+    }
+    match (resp.result, resp.error) {
+        (Some(r), _) => JobOutcome::Done(r),
+        (None, Some(reason)) => JobOutcome::Refused { reason },
+        (None, None) => JobOutcome::Refused {
+            reason: "the worker answered with neither a result nor an error".into(),
+        },
+    }
 }
 
 fn crash<R>(slot: &mut Slot, reason: String) -> JobOutcome<R> {

@@ -30,7 +30,7 @@ use super::api::{ErrorBody, ScoreResponse, Timing};
 use super::metrics::Metrics;
 use super::pool::{LocalJob, LocalPool, Rejected};
 use super::queue::{QueueClient, QueueError};
-use super::request::{parse, Limits};
+use super::request::{parse, Limits, ParsedRequest};
 use super::score::{timeout_item, JobOutcome, PartialResults};
 use super::tasks::TaskStore;
 
@@ -173,33 +173,12 @@ async fn score_inner(
     body: Result<Bytes, BytesRejection>,
     start: Instant,
 ) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(rej) => {
-            st.metrics.rejected.with_label_values(&["body"]).inc();
-            let status = rej.status();
-            let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!(
-                    "request body: larger than this server's limit of {} bytes",
-                    st.limits.max_body_bytes
-                )
-            } else {
-                format!("request body: {}", rej.body_text())
-            };
-            return error(status, msg);
-        }
-    };
-    let parsed = match parse(&body, &st.limits, &st.tasks) {
+    let parsed = match read_request(st, body) {
         Ok(p) => p,
-        Err(e) => {
-            st.metrics.rejected.with_label_values(&["invalid"]).inc();
-            let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
-            return error(status, e.message);
-        }
+        Err(r) => return *r,
     };
     let n = parsed.job.completions.len();
     let deadline = parsed.deadline;
-    let deadline_ms = deadline.as_millis() as u64;
     let task_id = parsed.task.id.clone();
     let step = parsed.job.step;
     // The preset as asked, not the name of the combinator behind it.
@@ -207,93 +186,22 @@ async fn score_inner(
     // Local mode: completions whose results were final before the deadline are answered
     // even when the group as a whole is not.
     let partial: Arc<PartialResults> = Arc::new(std::sync::Mutex::new(vec![None; n]));
-    let answer: Option<(JobOutcome, f64)> = match &st.backend {
-        Backend::Local(pool) => {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let job = LocalJob {
-                task: parsed.task,
-                spec: parsed.job,
-                reward: parsed.reward,
-                deadline_ms,
-                enqueued: Instant::now(),
-                reply: tx,
-                partial: Arc::clone(&partial),
-            };
-            match pool.try_submit(job) {
-                Ok(()) => {}
-                Err(Rejected::Full) => return queue_full(st, pool.depth()),
-                Err(Rejected::Closed) => {
-                    return with_retry_after(
-                        error(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "the server is shutting down",
-                        ),
-                        1,
-                    )
-                }
-            }
-            st.metrics.queue_depth.set(st.depth() as i64);
-            match tokio::time::timeout(deadline, rx).await {
-                Ok(Ok(answer)) => Some(answer),
-                Ok(Err(_)) => {
-                    return error(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "the scoring thread ended without an answer",
-                    )
-                }
-                Err(_) => None,
-            }
-        }
-        Backend::Queue(q) => {
-            let (job_id, rx) = match q.submit(&parsed.job).await {
-                Ok(x) => x,
-                Err(QueueError::Full) => return queue_full(st, q.depth()),
-                Err(e @ QueueError::Unavailable(_)) => {
-                    st.metrics
-                        .rejected
-                        .with_label_values(&["queue_unavailable"])
-                        .inc();
-                    return with_retry_after(
-                        error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-                        1,
-                    );
-                }
-            };
-            st.metrics.queue_depth.set(st.depth() as i64);
-            match tokio::time::timeout(deadline, rx).await {
-                Ok(Ok(outcome)) => {
-                    let waited = (start.elapsed().as_secs_f64() * 1e3 - outcome.score_ms).max(0.0);
-                    Some((outcome, waited))
-                }
-                Ok(Err(_)) | Err(_) => {
-                    q.forget(&job_id);
-                    None
-                }
-            }
-        }
+    let answer = match &st.backend {
+        Backend::Local(pool) => score_local(st, pool, parsed, &partial).await,
+        Backend::Queue(q) => score_queued(st, q, &parsed, start).await,
     };
     let (outcome, queue_ms) = match answer {
-        Some((o, q)) => {
+        Ok(Some((o, q))) => {
             st.metrics.observe_outcome(&o);
             st.note_score_time(o.score_ms / 1e3);
             (o, q)
         }
-        None => {
-            let done = partial.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let o = JobOutcome {
-                reward: reward_name.clone(),
-                results: done
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, r)| r.unwrap_or_else(|| timeout_item(i, deadline_ms)))
-                    .collect(),
-                score_ms: 0.0,
-                stages: Default::default(),
-                scored_by: String::new(),
-            };
+        Ok(None) => {
+            let o = timed_out(&partial, reward_name.clone(), deadline.as_millis() as u64);
             st.metrics.observe_outcome(&o);
             (o, start.elapsed().as_secs_f64() * 1e3)
         }
+        Err(response) => return response,
     };
     let response = ScoreResponse {
         task: task_id,
@@ -308,6 +216,127 @@ async fn score_inner(
         scored_by: outcome.scored_by,
     };
     (StatusCode::OK, Json(response)).into_response()
+}
+
+/// The request of a body, or the error answer (counted as rejected).
+fn read_request(
+    st: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<ParsedRequest, Box<Response>> {
+    let body = body.map_err(|rej| {
+        st.metrics.rejected.with_label_values(&["body"]).inc();
+        let status = rej.status();
+        let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!(
+                "request body: larger than this server's limit of {} bytes",
+                st.limits.max_body_bytes
+            )
+        } else {
+            format!("request body: {}", rej.body_text())
+        };
+        Box::new(error(status, msg))
+    })?;
+    parse(&body, &st.limits, &st.tasks).map_err(|e| {
+        st.metrics.rejected.with_label_values(&["invalid"]).inc();
+        let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+        Box::new(error(status, e.message))
+    })
+}
+
+/// What a scored job answered (with the time it waited in the queue), `None` when the
+/// deadline passed first, or the error answer.
+type Answer = Result<Option<(JobOutcome, f64)>, Response>;
+
+/// Scores the request in this process.
+async fn score_local(
+    st: &AppState,
+    pool: &LocalPool,
+    parsed: ParsedRequest,
+    partial: &Arc<PartialResults>,
+) -> Answer {
+    let deadline = parsed.deadline;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job = LocalJob {
+        task: parsed.task,
+        spec: parsed.job,
+        reward: parsed.reward,
+        deadline_ms: deadline.as_millis() as u64,
+        enqueued: Instant::now(),
+        reply: tx,
+        partial: Arc::clone(partial),
+    };
+    match pool.try_submit(job) {
+        Ok(()) => {}
+        Err(Rejected::Full) => return Err(queue_full(st, pool.depth())),
+        Err(Rejected::Closed) => {
+            return Err(with_retry_after(
+                error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the server is shutting down",
+                ),
+                1,
+            ))
+        }
+    }
+    st.metrics.queue_depth.set(st.depth() as i64);
+    match tokio::time::timeout(deadline, rx).await {
+        Ok(Ok(answer)) => Ok(Some(answer)),
+        Ok(Err(_)) => Err(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the scoring thread ended without an answer",
+        )),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Puts the request on the queue for the nodes and waits for its outcome.
+async fn score_queued(
+    st: &AppState,
+    q: &QueueClient,
+    parsed: &ParsedRequest,
+    start: Instant,
+) -> Answer {
+    let (job_id, rx) = match q.submit(&parsed.job).await {
+        Ok(x) => x,
+        Err(QueueError::Full) => return Err(queue_full(st, q.depth())),
+        Err(e @ QueueError::Unavailable(_)) => {
+            st.metrics
+                .rejected
+                .with_label_values(&["queue_unavailable"])
+                .inc();
+            return Err(with_retry_after(
+                error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+                1,
+            ));
+        }
+    };
+    st.metrics.queue_depth.set(st.depth() as i64);
+    match tokio::time::timeout(parsed.deadline, rx).await {
+        Ok(Ok(outcome)) => {
+            let waited = (start.elapsed().as_secs_f64() * 1e3 - outcome.score_ms).max(0.0);
+            Ok(Some((outcome, waited)))
+        }
+        Ok(Err(_)) | Err(_) => {
+            q.forget(&job_id);
+            Ok(None)
+        }
+    }
+}
+
+/// The outcome when the deadline passed: the results final by then, a timeout for the rest.
+fn timed_out(partial: &PartialResults, reward: String, deadline_ms: u64) -> JobOutcome {
+    let done = partial.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    JobOutcome {
+        reward,
+        results: done
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.unwrap_or_else(|| timeout_item(i, deadline_ms)))
+            .collect(),
+        score_ms: 0.0,
+        stages: Default::default(),
+        scored_by: String::new(),
+    }
 }
 
 async fn list_tasks(State(st): State<Arc<AppState>>) -> Response {

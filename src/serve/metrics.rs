@@ -1,6 +1,7 @@
 //! `/metrics`: Prometheus text exposition (the `prometheus` crate) of requests, queue
 //! depth, stage latencies and GPU busy time.
 
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -11,6 +12,31 @@ use super::score::JobOutcome;
 /// Latency buckets in seconds: 1 ms … about 10 min.
 fn buckets() -> Vec<f64> {
     prometheus::exponential_buckets(0.001, 2.0, 20).unwrap_or_default()
+}
+
+/// Registers a metric built from constant, valid options under a unique name.
+fn register<M: Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: prometheus::Result<M>,
+) -> M {
+    let metric = metric.expect("valid metric");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("metric names are unique");
+    metric
+}
+
+/// A labelled counter, registered.
+fn counters(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(registry, IntCounterVec::new(Opts::new(name, help), labels))
+}
+
+/// A labelled latency histogram ([`buckets`]), registered.
+fn histograms(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    register(
+        registry,
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets()), labels),
+    )
 }
 
 /// Every metric the server exports.
@@ -44,102 +70,78 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
+        let r = &registry;
+        Metrics {
+            requests: counters(
+                r,
                 "cudaperf_http_requests_total",
                 "HTTP requests by route and status",
+                &["route", "status"],
             ),
-            &["route", "status"],
-        )
-        .expect("valid metric");
-        let request_seconds = HistogramVec::new(
-            HistogramOpts::new(
+            request_seconds: histograms(
+                r,
                 "cudaperf_request_duration_seconds",
                 "HTTP request latency by route",
-            )
-            .buckets(buckets()),
-            &["route"],
-        )
-        .expect("valid metric");
-        let completions = IntCounterVec::new(
-            Opts::new(
+                &["route"],
+            ),
+            completions: counters(
+                r,
                 "cudaperf_completions_total",
                 "Completions answered, by verdict",
+                &["verdict"],
             ),
-            &["verdict"],
-        )
-        .expect("valid metric");
-        let queue_depth = IntGauge::new(
-            "cudaperf_queue_depth",
-            "Scoring jobs accepted and not yet answered",
-        )
-        .expect("valid metric");
-        let queue_wait = Histogram::with_opts(
-            HistogramOpts::new(
-                "cudaperf_queue_wait_seconds",
-                "Time a job waited for a scoring thread",
-            )
-            .buckets(buckets()),
-        )
-        .expect("valid metric");
-        let stage_seconds = HistogramVec::new(
-            HistogramOpts::new(
+            queue_depth: register(
+                r,
+                IntGauge::new(
+                    "cudaperf_queue_depth",
+                    "Scoring jobs accepted and not yet answered",
+                ),
+            ),
+            queue_wait: register(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "cudaperf_queue_wait_seconds",
+                        "Time a job waited for a scoring thread",
+                    )
+                    .buckets(buckets()),
+                ),
+            ),
+            stage_seconds: histograms(
+                r,
                 "cudaperf_stage_duration_seconds",
                 "Pipeline stage latency: score (a whole group), compile (cache misses), execute (GPU jobs)",
-            )
-            .buckets(buckets()),
-            &["stage"],
-        )
-        .expect("valid metric");
-        let gpu_busy = prometheus::Counter::new(
-            "cudaperf_gpu_busy_seconds_total",
-            "GPU time of the correctness and timing launches",
-        )
-        .expect("valid metric");
-        let rejected = IntCounterVec::new(
-            Opts::new(
+                &["stage"],
+            ),
+            gpu_busy: register(
+                r,
+                prometheus::Counter::new(
+                    "cudaperf_gpu_busy_seconds_total",
+                    "GPU time of the correctness and timing launches",
+                ),
+            ),
+            rejected: counters(
+                r,
                 "cudaperf_rejected_total",
                 "Requests refused before scoring, by reason",
+                &["reason"],
             ),
-            &["reason"],
-        )
-        .expect("valid metric");
-        let queue_up = IntGauge::new(
-            "cudaperf_queue_up",
-            "1 while jobs are taken: the Redis queue answers (queue mode) or the scoring threads take jobs (local mode); else 0",
-        )
-        .expect("valid metric");
-        let resubmitted = IntCounter::new(
-            "cudaperf_jobs_resubmitted_total",
-            "Jobs put on the Redis stream again after Redis lost them",
-        )
-        .expect("valid metric");
-        for c in [
-            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(request_seconds.clone()),
-            Box::new(completions.clone()),
-            Box::new(queue_depth.clone()),
-            Box::new(queue_wait.clone()),
-            Box::new(stage_seconds.clone()),
-            Box::new(gpu_busy.clone()),
-            Box::new(rejected.clone()),
-            Box::new(queue_up.clone()),
-            Box::new(resubmitted.clone()),
-        ] {
-            registry.register(c).expect("metric names are unique");
-        }
-        Metrics {
+            queue_up: register(
+                r,
+                IntGauge::new(
+                    "cudaperf_queue_up",
+                    "1 while jobs are taken: the Redis queue answers (queue mode) or the scoring threads take jobs (local mode); else 0",
+                ),
+            ),
+            resubmitted: register(
+                r,
+                IntCounter::new(
+                    "cudaperf_jobs_resubmitted_total",
+                    "Jobs put on the Redis stream again after Redis lost them",
+                ),
+            ),
+            // Last: the fields above register into it.
             registry,
-            requests,
-            request_seconds,
-            completions,
-            queue_depth,
-            queue_wait,
-            stage_seconds,
-            gpu_busy,
-            rejected,
-            queue_up,
-            resubmitted,
         }
     }
 

@@ -220,13 +220,9 @@ impl QueueClient {
     }
 
     /// Connects now (so that a server started against a dead Redis says so at once).
-    pub async fn connect_now(&self) -> Result<(), String> {
-        let mut c = connect(&self.client, Duration::from_secs(2))
-            .await
-            .map_err(|e| e.to_string())?;
-        ensure_group(&mut c, &self.cfg)
-            .await
-            .map_err(|e| e.to_string())?;
+    pub async fn connect_now(&self) -> redis::RedisResult<()> {
+        let mut c = connect(&self.client, Duration::from_secs(2)).await?;
+        ensure_group(&mut c, &self.cfg).await?;
         *lock(&self.conn) = Some(c);
         *lock(&self.up) = (true, None);
         self.metrics.queue_up.set(1);

@@ -129,48 +129,50 @@ fn kind_of(v: &serde_json::Value) -> &'static str {
     }
 }
 
-/// Parses and validates a score request.
-pub(crate) fn parse(
-    body: &[u8],
-    limits: &Limits,
-    tasks: &TaskStore,
-) -> Result<ParsedRequest, BadRequest> {
-    // A struct also deserialises from an array; only an object is a request.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(match serde_json::from_slice::<serde_json::Value>(body) {
-            Ok(v) => bad(format!(
-                "request body: expected a JSON object {{\"task\", \"completions\", ...}}, got {}",
-                kind_of(&v)
-            )),
-            Err(e) => bad(format!("malformed JSON: {e}")),
-        });
+/// The body is a JSON object (a struct also deserialises from an array).
+fn check_object(body: &[u8]) -> Result<(), BadRequest> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        return Ok(());
     }
-    let raw: RawRequest = typed(&mut serde_json::Deserializer::from_slice(body), "")?;
-    let task_ref = match raw.task {
-        serde_json::Value::String(id) => TaskRef::Id(id),
-        v @ serde_json::Value::Object(_) => TaskRef::Inline(typed::<InlineTask, _>(v, "task")?),
-        other => {
-            return Err(bad(format!(
-                "field `task`: expected a task id (string) or an inline task {{\"toml\", \"reference\", \"original\"}}, got {}",
-                kind_of(&other)
-            )))
-        }
-    };
-    let reward = match raw.reward {
-        serde_json::Value::Null => RewardSpec::default(),
-        serde_json::Value::String(preset) => RewardSpec {
+    Err(match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v) => bad(format!(
+            "request body: expected a JSON object {{\"task\", \"completions\", ...}}, got {}",
+            kind_of(&v)
+        )),
+        Err(e) => bad(format!("malformed JSON: {e}")),
+    })
+}
+
+/// Field `task`: a task id or an inline task.
+fn task_ref(v: serde_json::Value) -> Result<TaskRef, BadRequest> {
+    match v {
+        serde_json::Value::String(id) => Ok(TaskRef::Id(id)),
+        v @ serde_json::Value::Object(_) => Ok(TaskRef::Inline(typed::<InlineTask, _>(v, "task")?)),
+        other => Err(bad(format!(
+            "field `task`: expected a task id (string) or an inline task {{\"toml\", \"reference\", \"original\"}}, got {}",
+            kind_of(&other)
+        ))),
+    }
+}
+
+/// Field `reward`: absent (the default preset), a preset name or `{preset, weights}`.
+fn reward_spec(v: serde_json::Value) -> Result<RewardSpec, BadRequest> {
+    match v {
+        serde_json::Value::Null => Ok(RewardSpec::default()),
+        serde_json::Value::String(preset) => Ok(RewardSpec {
             preset,
             weights: None,
-        },
-        v @ serde_json::Value::Object(_) => typed::<RewardSpec, _>(v, "reward")?,
-        other => {
-            return Err(bad(format!(
-                "field `reward`: expected a preset name (string) or {{\"preset\", \"weights\"}}, got {}",
-                kind_of(&other)
-            )))
-        }
-    };
-    let n = raw.completions.len();
+        }),
+        v @ serde_json::Value::Object(_) => typed::<RewardSpec, _>(v, "reward"),
+        other => Err(bad(format!(
+            "field `reward`: expected a preset name (string) or {{\"preset\", \"weights\"}}, got {}",
+            kind_of(&other)
+        ))),
+    }
+}
+
+/// Field `completions`: at least one, at most the server's limit.
+fn check_completions(n: usize, limits: &Limits) -> Result<(), BadRequest> {
     if n == 0 {
         return Err(bad(
             "field `completions`: at least one completion is needed",
@@ -182,17 +184,34 @@ pub(crate) fn parse(
             limits.max_completions
         )));
     }
-    let deadline = match raw.deadline_ms {
-        None => limits.default_deadline,
-        Some(0) => return Err(bad("field `deadline_ms`: must be at least 1")),
-        Some(ms) if Duration::from_millis(ms) > limits.max_deadline => {
-            return Err(bad(format!(
-                "field `deadline_ms`: {ms} is more than this server's limit of {} ms",
-                limits.max_deadline.as_millis()
-            )))
-        }
-        Some(ms) => Duration::from_millis(ms),
-    };
+    Ok(())
+}
+
+/// Field `deadline_ms`: the server's default when absent, else within 1 ms and its limit.
+fn deadline(ms: Option<u64>, limits: &Limits) -> Result<Duration, BadRequest> {
+    match ms {
+        None => Ok(limits.default_deadline),
+        Some(0) => Err(bad("field `deadline_ms`: must be at least 1")),
+        Some(ms) if Duration::from_millis(ms) > limits.max_deadline => Err(bad(format!(
+            "field `deadline_ms`: {ms} is more than this server's limit of {} ms",
+            limits.max_deadline.as_millis()
+        ))),
+        Some(ms) => Ok(Duration::from_millis(ms)),
+    }
+}
+
+/// Parses and validates a score request.
+pub(crate) fn parse(
+    body: &[u8],
+    limits: &Limits,
+    tasks: &TaskStore,
+) -> Result<ParsedRequest, BadRequest> {
+    check_object(body)?;
+    let raw: RawRequest = typed(&mut serde_json::Deserializer::from_slice(body), "")?;
+    let task_ref = task_ref(raw.task)?;
+    let reward = reward_spec(raw.reward)?;
+    check_completions(raw.completions.len(), limits)?;
+    let deadline = deadline(raw.deadline_ms, limits)?;
     let built = build_reward(&reward).map_err(|e| bad(e.to_string()))?;
     let task = tasks.resolve(&task_ref).map_err(|e| match e {
         TaskRefError::Unknown { .. } => BadRequest {

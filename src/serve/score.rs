@@ -124,26 +124,7 @@ pub fn run_job(
         return outcome;
     }
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let subs: Vec<Submission> = job
-            .completions
-            .iter()
-            .map(|c| Submission::from_completion(c.as_str()))
-            .collect();
-        let ctx = Context::new(task, evaluator).at_step(job.step);
-        let needs = reward.needs(&ctx);
-        if let Some(partial) = partial {
-            let publish = |k: usize, eval: &Evaluation| {
-                if needs > Stage::Ranker && !eval.gpu_stages_moot() {
-                    return;
-                }
-                // Final already: the reward reads nothing a GPU would add.
-                let r = reward.score_evaluated(&ctx, eval);
-                let item = result_of(task, &subs, k, r, job.report, needs, &asked, None);
-                partial.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(item);
-            };
-            evaluator.evaluate_cpu_stages_with(task, &subs, needs, &publish);
-        }
-        (score_group(reward, &ctx, &subs), needs, subs)
+        score_all(evaluator, task, job, reward, partial, &asked)
     }));
     match run {
         Ok((scored, needs, subs)) => {
@@ -180,6 +161,39 @@ pub fn run_job(
     }
     outcome.score_ms = start.elapsed().as_secs_f64() * 1e3;
     outcome
+}
+
+/// A group's scoring: every completion of `job` scored with `reward`, the stage the reward
+/// needs and the submissions. With `partial`, results that are final after the CPU stages
+/// (the reward reads nothing a GPU would add) are put there as soon as they are.
+fn score_all(
+    evaluator: &Evaluator,
+    task: &Task,
+    job: &JobSpec,
+    reward: &dyn Reward,
+    partial: Option<&PartialResults>,
+    asked: &str,
+) -> (Vec<crate::reward::Result<Scored>>, Stage, Vec<Submission>) {
+    let subs: Vec<Submission> = job
+        .completions
+        .iter()
+        .map(|c| Submission::from_completion(c.as_str()))
+        .collect();
+    let ctx = Context::new(task, evaluator).at_step(job.step);
+    let needs = reward.needs(&ctx);
+    if let Some(partial) = partial {
+        let publish = |k: usize, eval: &Evaluation| {
+            if needs > Stage::Ranker && !eval.gpu_stages_moot() {
+                return;
+            }
+            // Final already: the reward reads nothing a GPU would add.
+            let r = reward.score_evaluated(&ctx, eval);
+            let item = result_of(task, &subs, k, r, job.report, needs, asked, None);
+            partial.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(item);
+        };
+        evaluator.evaluate_cpu_stages_with(task, &subs, needs, &publish);
+    }
+    (score_group(reward, &ctx, &subs), needs, subs)
 }
 
 /// What a caught panic said (its `String` or `&str` payload).

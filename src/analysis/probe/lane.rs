@@ -1,0 +1,559 @@
+//! One probed thread: the interpreter of a kernel's integer index arithmetic (expressions,
+//! statements, loops with their trip counts, shared arrays), recording the global and shared
+//! accesses it makes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tree_sitter::Node;
+
+use super::super::memory_ops::type_bytes;
+use super::super::node::NodeExt;
+use super::super::parse::text;
+use super::super::symbolic::declared_name;
+use super::values::{binary, is_integer_type, loop_variable, retype};
+use super::{Val, MAX_DEPTH, MAX_STEPS, MAX_TRIPS, SHARED_BASE, TRIP_SIMULATION};
+
+pub(super) struct Lane<'a> {
+    pub(super) src: &'a str,
+    pub(super) vars: HashMap<&'a str, Val>,
+    pub(super) tid: [i64; 3],
+    pub(super) bid: [i64; 3],
+    pub(super) bdim: [i64; 3],
+    pub(super) gdim: [i64; 3],
+    /// (access node start byte) -> (param, byte address, element bytes)
+    pub(super) seen: BTreeMap<usize, (usize, i64, u32)>,
+    /// (access node start byte) -> product of the trip counts of the loops around it
+    pub(super) trips: BTreeMap<usize, f64>,
+    /// Product of the trip counts of the loops being executed (1 outside loops).
+    pub(super) mult: f64,
+    /// `__syncthreads` executions of this thread (each weighted by its loops' trips).
+    pub(super) barriers: f64,
+    /// `while`/`do` loops whose condition reads global memory or an atomic (spin waits).
+    pub(super) spin_waits: u32,
+    /// Loops whose trip count could not be computed (counted once).
+    pub(super) unknown_trips: u32,
+    /// Shared arrays declared so far (their `param` numbers start at [`SHARED_BASE`]).
+    pub(super) shared_arrays: usize,
+    /// Simulate loop headers for trip counts (the detailed probe; the sector probe skips it).
+    pub(super) count_trips: bool,
+    pub(super) steps: usize,
+    pub(super) depth: usize,
+    pub(super) returned: bool,
+}
+
+impl<'a> Lane<'a> {
+    pub(super) fn eval<'t>(&mut self, n: Node<'t>) -> Val {
+        self.steps += 1;
+        if self.steps > MAX_STEPS || self.depth >= MAX_DEPTH {
+            return Val::Unknown;
+        }
+        self.depth += 1;
+        let v = self.eval_node(n);
+        self.depth -= 1;
+        v
+    }
+
+    pub(super) fn eval_node<'t>(&mut self, n: Node<'t>) -> Val {
+        match n.kind_str() {
+            "number_literal" => number(text(n, self.src)),
+            "true" => Val::Int(1),
+            "false" => Val::Int(0),
+            "identifier" => {
+                let name = text(n, self.src);
+                match self.vars.get(name) {
+                    Some(v) => *v,
+                    None if name == "warpSize" => Val::Int(32),
+                    None => Val::Unknown,
+                }
+            }
+            "field_expression" => self.builtin_index(n),
+            "parenthesized_expression" => n.named_child(0).map_or(Val::Unknown, |c| self.eval(c)),
+            "cast_expression" => {
+                let v = n.field("value").map_or(Val::Unknown, |c| self.eval(c));
+                let ty = n.field("type").map_or("", |t| text(t, self.src));
+                retype(v, ty)
+            }
+            "binary_expression" => {
+                let (Some(l), Some(r), Some(op)) =
+                    (n.field("left"), n.field("right"), n.field("operator"))
+                else {
+                    return Val::Unknown;
+                };
+                let (a, b) = (self.eval(l), self.eval(r));
+                binary(op.kind_str(), a, b)
+            }
+            "unary_expression" => {
+                let (Some(arg), Some(op)) = (n.field("argument"), n.field("operator")) else {
+                    return Val::Unknown;
+                };
+                match (op.kind_str(), self.eval(arg)) {
+                    ("-", Val::Int(v)) => Val::Int(v.wrapping_neg()),
+                    ("+", v) => v,
+                    ("!", Val::Int(v)) => Val::Int(i64::from(v == 0)),
+                    ("~", Val::Int(v)) => Val::Int(!v),
+                    _ => Val::Unknown,
+                }
+            }
+            "conditional_expression" => {
+                let c = n.field("condition").map_or(Val::Unknown, |c| self.eval(c));
+                match c {
+                    Val::Int(0) => n
+                        .field("alternative")
+                        .map_or(Val::Unknown, |x| self.eval(x)),
+                    Val::Int(_) => n
+                        .field("consequence")
+                        .map_or(Val::Unknown, |x| self.eval(x)),
+                    _ => Val::Unknown,
+                }
+            }
+            "assignment_expression" => self.assign(n),
+            "update_expression" => {
+                let Some(arg) = n.field("argument") else {
+                    return Val::Unknown;
+                };
+                let old = self.eval(arg);
+                let op = n.field("operator").map_or("", |o| o.kind_str());
+                let new = binary(if op == "--" { "-" } else { "+" }, old, Val::Int(1));
+                self.store(arg, new);
+                old
+            }
+            "comma_expression" => {
+                if let Some(l) = n.field("left") {
+                    self.eval(l);
+                }
+                n.field("right").map_or(Val::Unknown, |r| self.eval(r))
+            }
+            "subscript_expression" => self.subscript(n),
+            "pointer_expression" => self.pointer(n),
+            "call_expression" => self.call(n),
+            _ => Val::Unknown,
+        }
+    }
+
+    /// `threadIdx.x`, `blockIdx.y`, `blockDim.z`, `gridDim.x`: this lane's coordinates.
+    fn builtin_index<'t>(&mut self, n: Node<'t>) -> Val {
+        let (Some(a), Some(f)) = (n.field("argument"), n.field("field")) else {
+            return Val::Unknown;
+        };
+        let k = match text(f, self.src) {
+            "x" => 0,
+            "y" => 1,
+            "z" => 2,
+            _ => return Val::Unknown,
+        };
+        match text(a, self.src) {
+            "threadIdx" => Val::Int(self.tid[k]),
+            "blockIdx" => Val::Int(self.bid[k]),
+            "blockDim" => Val::Int(self.bdim[k]),
+            "gridDim" => Val::Int(self.gdim[k]),
+            _ => Val::Unknown,
+        }
+    }
+
+    /// `a[i]`: a load or store through a buffer, or a row of a 2-D shared array.
+    fn subscript<'t>(&mut self, n: Node<'t>) -> Val {
+        let (b, idx) = self.base_and_index(n);
+        if let (Val::Rows { param, row, elem }, Val::Int(i)) = (b, idx) {
+            // `tile[r]` of `tile[R][C]`: a row, the access is `tile[r][c]`.
+            return Val::Ptr {
+                param,
+                offset: i.saturating_mul(row),
+                elem,
+            };
+        }
+        self.touch(n, b, idx);
+        Val::Unknown
+    }
+
+    /// `*p` (an access) or `&a[i]` (a pointer).
+    fn pointer<'t>(&mut self, n: Node<'t>) -> Val {
+        let Some(arg) = n.field("argument") else {
+            return Val::Unknown;
+        };
+        if n.field("operator").is_some_and(|o| o.kind_str() == "&") {
+            // &a[i] is a pointer, not a load.
+            if arg.kind_str() != "subscript_expression" {
+                return Val::Unknown;
+            }
+            let (b, idx) = self.base_and_index(arg);
+            return binary("+", b, idx);
+        }
+        let p = self.eval(arg);
+        self.touch(n, p, Val::Int(0));
+        Val::Unknown
+    }
+
+    /// The pointer and the index of `a[i]`.
+    pub(super) fn base_and_index<'t>(&mut self, n: Node<'t>) -> (Val, Val) {
+        let base = n.field("argument").map_or(Val::Unknown, |b| self.eval(b));
+        let idx = n
+            .field("indices")
+            .and_then(|i| i.named_child(0))
+            .or_else(|| n.field("index"))
+            .map_or(Val::Unknown, |i| self.eval(i));
+        (base, idx)
+    }
+
+    pub(super) fn call<'t>(&mut self, n: Node<'t>) -> Val {
+        let f = n.field("function").map_or("", |f| text(f, self.src));
+        let args: Vec<Node<'t>> = n
+            .field("arguments")
+            .map(|a| a.named_children(&mut a.walk()).collect())
+            .unwrap_or_default();
+        let vals: Vec<Val> = args.iter().map(|a| self.eval(*a)).collect();
+        let ints = |i: usize| match vals.get(i) {
+            Some(Val::Int(v)) => Some(*v),
+            _ => None,
+        };
+        if let Some(ty) = f
+            .strip_prefix("reinterpret_cast<")
+            .or_else(|| f.strip_prefix("static_cast<"))
+        {
+            return retype(
+                vals.first().copied().unwrap_or(Val::Unknown),
+                ty.trim_end_matches('>'),
+            );
+        }
+        if f.starts_with("__syncthreads") {
+            self.barriers += self.mult;
+        }
+        match f {
+            "min" | "umin" | "llmin" | "ullmin" => match (ints(0), ints(1)) {
+                (Some(a), Some(b)) => Val::Int(a.min(b)),
+                _ => Val::Unknown,
+            },
+            "max" | "umax" | "llmax" | "ullmax" => match (ints(0), ints(1)) {
+                (Some(a), Some(b)) => Val::Int(a.max(b)),
+                _ => Val::Unknown,
+            },
+            "__ldg" | "__ldcs" | "__ldca" | "__ldcg" | "__ldlu" | "__ldcv" => {
+                let p = vals.first().copied().unwrap_or(Val::Unknown);
+                self.touch(n, p, Val::Int(0));
+                Val::Unknown
+            }
+            _ => Val::Unknown,
+        }
+    }
+
+    pub(super) fn assign<'t>(&mut self, n: Node<'t>) -> Val {
+        let (Some(l), Some(r)) = (n.field("left"), n.field("right")) else {
+            return Val::Unknown;
+        };
+        let rv = self.eval(r);
+        let op = n.field("operator").map_or("=", |o| o.kind_str());
+        let new = if op == "=" {
+            rv
+        } else {
+            let cur = self.eval(l);
+            binary(op.trim_end_matches('='), cur, rv)
+        };
+        self.store(l, new);
+        new
+    }
+
+    /// Writes a variable, or records the store of an element.
+    pub(super) fn store<'t>(&mut self, l: Node<'t>, v: Val) {
+        match l.kind_str() {
+            "identifier" => {
+                let name = text(l, self.src);
+                if self.vars.contains_key(name) {
+                    self.vars.insert(name, v);
+                }
+            }
+            _ => {
+                self.eval(l);
+            }
+        }
+    }
+
+    /// Records that this lane accesses `base[idx]` at node `n`.
+    pub(super) fn touch<'t>(&mut self, n: Node<'t>, base: Val, idx: Val) {
+        if let (
+            Val::Ptr {
+                param,
+                offset,
+                elem,
+            },
+            Val::Int(i),
+        ) = (base, idx)
+        {
+            let addr = offset.saturating_add(i).saturating_mul(i64::from(elem));
+            self.seen
+                .entry(n.start_byte())
+                .or_insert((param, addr, elem));
+            self.trips.entry(n.start_byte()).or_insert(self.mult);
+        }
+    }
+
+    pub(super) fn declare<'t>(&mut self, d: Node<'t>) {
+        let ty = d.field("type").map_or("", |t| text(t, self.src));
+        if text(d, self.src).contains("__shared__") {
+            self.declare_shared(d, ty);
+            return;
+        }
+        let mut c = d.walk();
+        for decl in d.children_by_field_name("declarator", &mut c) {
+            let Some(name) = declared_name(decl, self.src) else {
+                continue;
+            };
+            let v = if decl.kind_str() == "init_declarator" {
+                let v = decl.field("value").map_or(Val::Unknown, |v| self.eval(v));
+                let ptr = decl
+                    .field("declarator")
+                    .is_some_and(|x| x.kind_str() == "pointer_declarator");
+                match v {
+                    Val::Ptr { .. } if ptr => retype(v, &format!("{ty}*")),
+                    Val::Int(_) if !ptr && is_integer_type(ty) => v,
+                    _ => Val::Unknown,
+                }
+            } else {
+                Val::Unknown
+            };
+            self.vars.insert(name, v);
+        }
+    }
+
+    /// A `__shared__` array: 1-D as a pointer, 2-D as rows (sizes that do not evaluate
+    /// leave it unknown), each with its own number from [`SHARED_BASE`] on.
+    pub(super) fn declare_shared<'t>(&mut self, d: Node<'t>, ty: &str) {
+        let elem = type_bytes(ty.trim()).filter(|&e| e > 0).unwrap_or(4);
+        let mut c = d.walk();
+        for decl in d.children_by_field_name("declarator", &mut c) {
+            let Some(name) = declared_name(decl, self.src) else {
+                continue;
+            };
+            let param = SHARED_BASE + self.shared_arrays;
+            self.shared_arrays += 1;
+            // Sizes from the outermost declarator in: `a[R][C]` is array(array(a, R), C).
+            let mut sizes = Vec::new();
+            let mut cur = Some(decl);
+            while let Some(n) = cur.filter(|n| n.kind_str() == "array_declarator") {
+                sizes.push(n.field("size").map_or(Val::Unknown, |v| self.eval(v)));
+                cur = n.field("declarator");
+            }
+            let v = match sizes.as_slice() {
+                [] | [_] => Val::Ptr {
+                    param,
+                    offset: 0,
+                    elem,
+                },
+                [Val::Int(row), _] => Val::Rows {
+                    param,
+                    row: *row,
+                    elem,
+                },
+                _ => Val::Unknown,
+            };
+            self.vars.insert(name, v);
+        }
+    }
+
+    /// Trip count of a `for` loop whose initializer has run: its header (condition, update)
+    /// simulated on a copy of the variables, extrapolated for an additive step when it runs
+    /// longer than [`TRIP_SIMULATION`]. `None` when the condition is unknown.
+    pub(super) fn trip_count<'t>(&mut self, s: Node<'t>) -> Option<f64> {
+        let cond = s.field("condition")?;
+        let update = s.field("update");
+        let saved = (self.vars.clone(), self.steps, self.depth);
+        let (seen_before, trips_before) = (self.seen.clone(), self.trips.clone());
+        let var = loop_variable(cond, self.src);
+        let start = var.and_then(|v| self.vars.get(v).copied());
+        let mut trips = None;
+        let mut after_one = None;
+        for k in 0..=TRIP_SIMULATION {
+            self.steps = 0;
+            match self.eval(cond) {
+                Val::Int(0) => {
+                    trips = Some(k as f64);
+                    break;
+                }
+                Val::Int(_) => {}
+                _ => break,
+            }
+            if k == TRIP_SIMULATION {
+                // Still running: extrapolate `v < bound` with the step `v` took.
+                trips = self.extrapolate(cond, var, start, after_one);
+                break;
+            }
+            match update {
+                Some(u) => {
+                    self.eval(u);
+                }
+                None => break,
+            }
+            if k == 0 {
+                after_one = var.and_then(|v| self.vars.get(v).copied());
+            }
+        }
+        self.vars = saved.0;
+        self.steps = saved.1;
+        self.depth = saved.2;
+        self.seen = seen_before;
+        self.trips = trips_before;
+        trips
+    }
+
+    pub(super) fn extrapolate<'t>(
+        &mut self,
+        cond: Node<'t>,
+        var: Option<&str>,
+        start: Option<Val>,
+        after_one: Option<Val>,
+    ) -> Option<f64> {
+        let (Some(Val::Int(x0)), Some(Val::Int(x1))) = (start, after_one) else {
+            return None;
+        };
+        let step = x1.wrapping_sub(x0);
+        let op = cond.field("operator")?.kind_str();
+        let (l, r) = (cond.field("left")?, cond.field("right")?);
+        let bound_node = if Some(text(l, self.src)) == var { r } else { l };
+        let Val::Int(bound) = self.eval(bound_node) else {
+            return None;
+        };
+        if step == 0 {
+            return None;
+        }
+        let span = (bound as f64 - x0 as f64) / step as f64;
+        let extra = if matches!(op, "<=" | ">=") { 1.0 } else { 0.0 };
+        Some((span.ceil() + extra).clamp(0.0, MAX_TRIPS))
+    }
+
+    pub(super) fn exec<'t>(&mut self, s: Node<'t>) {
+        if self.returned || self.steps > MAX_STEPS || self.depth >= MAX_DEPTH {
+            return;
+        }
+        self.steps += 1;
+        self.depth += 1;
+        self.exec_node(s);
+        self.depth -= 1;
+    }
+
+    pub(super) fn exec_node<'t>(&mut self, s: Node<'t>) {
+        match s.kind_str() {
+            "compound_statement" => {
+                let mut c = s.walk();
+                let kids: Vec<Node<'t>> = s.named_children(&mut c).collect();
+                for k in kids {
+                    self.exec(k);
+                }
+            }
+            "declaration" => self.declare(s),
+            "expression_statement" => {
+                if let Some(e) = s.named_child(0) {
+                    self.eval(e);
+                }
+            }
+            "return_statement" => self.returned = true,
+            "if_statement" => self.if_statement(s),
+            "for_statement" => self.for_statement(s),
+            "while_statement" | "do_statement" => self.while_statement(s),
+            _ => {}
+        }
+    }
+
+    /// The branch a known condition takes, both when it is unknown.
+    fn if_statement<'t>(&mut self, s: Node<'t>) {
+        let c = s
+            .field("condition")
+            .and_then(|c| c.named_child(0).or(Some(c)))
+            .map_or(Val::Unknown, |c| self.eval(c));
+        let (then, alt) = (s.field("consequence"), s.field("alternative"));
+        let alt = alt.map(|a| {
+            if a.kind_str() == "else_clause" {
+                a.named_child(0).unwrap_or(a)
+            } else {
+                a
+            }
+        });
+        match c {
+            Val::Int(0) => {
+                if let Some(a) = alt {
+                    self.exec(a);
+                }
+            }
+            Val::Int(_) => {
+                if let Some(t) = then {
+                    self.exec(t);
+                }
+            }
+            _ => {
+                // Unknown: see the accesses of both sides, without letting a
+                // `return` in one of them end the lane.
+                for b in [then, alt].into_iter().flatten() {
+                    self.exec(b);
+                    self.returned = false;
+                }
+            }
+        }
+    }
+
+    /// The first iteration of a `for`, its accesses weighted by the loop's trip count.
+    fn for_statement<'t>(&mut self, s: Node<'t>) {
+        if let Some(init) = s.field("initializer") {
+            match init.kind_str() {
+                "declaration" => self.declare(init),
+                _ => {
+                    self.eval(init);
+                }
+            }
+        }
+        let trips = if self.count_trips {
+            self.trip_count(s)
+        } else {
+            Some(1.0)
+        };
+        if trips.is_none() {
+            self.unknown_trips += 1;
+        }
+        let c = s.field("condition").map_or(Val::Int(1), |c| self.eval(c));
+        if c != Val::Int(0) {
+            if let Some(b) = s.field("body") {
+                let outer = self.mult;
+                self.mult = (outer * trips.unwrap_or(1.0).max(1.0)).min(MAX_TRIPS);
+                self.exec(b);
+                self.mult = outer;
+                // A `return`/`break` inside the first iteration ends nothing more.
+            }
+        }
+    }
+
+    /// The first iteration of a `while` or `do`; a loop that waits on memory is a spin wait.
+    fn while_statement<'t>(&mut self, s: Node<'t>) {
+        let c = s
+            .field("condition")
+            .and_then(|c| c.named_child(0).or(Some(c)))
+            .map_or(Val::Unknown, |c| self.eval(c));
+        // A loop that waits: its exit is not known from the indices (`while (true)`
+        // or a data-dependent test) and it reads memory other blocks write.
+        let cond_text = s.field("condition").map_or("", |c| text(c, self.src));
+        let open_ended = !matches!(c, Val::Int(_))
+            || matches!(cond_text.trim_matches(['(', ')', ' ']), "true" | "1");
+        let loop_text = text(s, self.src);
+        if open_ended
+            && ["volatile", "atomic", "__ldcv", "ld.acquire"]
+                .iter()
+                .any(|w| loop_text.contains(w))
+        {
+            self.spin_waits += 1;
+        }
+        if !matches!(c, Val::Int(_)) {
+            self.unknown_trips += 1;
+        }
+        if c != Val::Int(0) || s.kind_str() == "do_statement" {
+            if let Some(b) = s.field("body") {
+                self.exec(b);
+            }
+        }
+    }
+}
+
+/// An integer literal (decimal or hex, suffixes dropped).
+fn number(t: &str) -> Val {
+    let t = t.trim_end_matches(['u', 'U', 'l', 'L']);
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        i64::from_str_radix(h, 16).ok()
+    } else {
+        t.parse::<i64>().ok()
+    };
+    v.map_or(Val::Unknown, Val::Int)
+}

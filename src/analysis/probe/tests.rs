@@ -1,0 +1,135 @@
+use super::*;
+
+fn probe(src: &str, grid: [u32; 3], block: [u32; 3], args: &[ProbeArg]) -> Vec<AccessProbe> {
+    let tree = SourceTree::parse(src.as_bytes()).expect("parses");
+    WarpProbe::new(&tree).run("k", grid, block, args)
+}
+
+#[test]
+fn one_thread_per_element_is_coalesced() {
+    let p = probe(
+            "extern \"C\" __global__ void k(const float* a, float* b, int n) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) b[i] = 2.0f * a[i];\n}\n",
+            [100, 1, 1],
+            [256, 1, 1],
+            &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(25600)],
+        );
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p.iter()
+            .all(|a| a.lanes == 8 && a.sectors == 1 && a.ideal == 1),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn channel_fastest_mapping_is_seen_through_div_and_mod() {
+    // The batchnorm2d_inference slow variant: i % c picks the channel, planes hw apart.
+    let src = "extern \"C\" __global__ void k(const float* x, float* y, int n, int c, int hw) {\n  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n  size_t total = (size_t)n * c * hw;\n  if (i >= total) return;\n  int ch = (int)(i % c);\n  size_t rest = i / c;\n  size_t img = rest / hw, s = rest % hw;\n  size_t off = (img * c + ch) * (size_t)hw + s;\n  y[off] = x[off];\n}\n";
+    let p = probe(
+        src,
+        [1000, 1, 1],
+        [256, 1, 1],
+        &[
+            ProbeArg::Buffer,
+            ProbeArg::Buffer,
+            ProbeArg::Int(8),
+            ProbeArg::Int(64),
+            ProbeArg::Int(4096),
+        ],
+    );
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(p.iter().all(|a| a.sectors == 8 && a.ideal == 1), "{p:?}");
+}
+
+#[test]
+fn deep_nesting_is_cut_off() {
+    let deep = format!(
+        "__global__ void k(float* y) {{ y[{}threadIdx.x{}] = 1.0f; {}{} }}",
+        "(".repeat(20_000),
+        ")".repeat(20_000),
+        "{".repeat(5_000),
+        "}".repeat(5_000)
+    );
+    let p = probe(&deep, [1, 1, 1], [32, 1, 1], &[ProbeArg::Buffer]);
+    assert!(p.is_empty(), "{p:?}");
+}
+
+#[test]
+fn unknown_indices_and_loops_do_not_panic() {
+    let src = "__global__ void k(const int* idx, float* y, int n) {\n  for (int j = threadIdx.x; j < n; j += blockDim.x) { y[idx[j]] = 1.0f; while (n) { n--; } }\n}\n";
+    let p = probe(
+        src,
+        [1, 1, 1],
+        [128, 1, 1],
+        &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(1000)],
+    );
+    // idx[j] is known (coalesced); y[idx[j]] is not.
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].sectors, 1);
+}
+
+// Guards the trip counts the traffic features multiply by: a block-stride loop over n
+// runs n / blockDim times on lane 0, a halving tree log2(blockDim) times, and a
+// `__syncthreads` inside the tree counts once per level.
+#[test]
+fn loop_trip_counts_and_barriers_are_counted() {
+    let src = "__global__ void k(const float* x, float* y, int n) {\n  __shared__ float s[256];\n  float acc = 0.0f;\n  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];\n  s[threadIdx.x] = acc;\n  __syncthreads();\n  for (int h = blockDim.x / 2; h > 0; h >>= 1) {\n    if (threadIdx.x < h) s[threadIdx.x] += s[threadIdx.x + h];\n    __syncthreads();\n  }\n  if (threadIdx.x == 0) y[blockIdx.x] = s[0];\n}\n";
+    let tree = SourceTree::parse(src.as_bytes()).unwrap();
+    let k = WarpProbe::new(&tree)
+        .run_detailed(
+            "k",
+            [4, 1, 1],
+            [256, 1, 1],
+            &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(1 << 20)],
+        )
+        .unwrap();
+    let global: Vec<&AccessDetail> = k
+        .accesses
+        .iter()
+        .filter(|a| a.space == MemorySpace::Global)
+        .collect();
+    // x[i]: (2^20) / 256 = 4096 trips, and every block reads the same first addresses.
+    assert!(global
+        .iter()
+        .any(|a| a.trips == 4096.0 && a.block_invariant));
+    // 1 barrier after the store + 8 tree levels.
+    assert_eq!(k.barriers, 9.0);
+    let shared: Vec<&AccessDetail> = k
+        .accesses
+        .iter()
+        .filter(|a| a.space == MemorySpace::Shared)
+        .collect();
+    assert!(!shared.is_empty());
+    assert!(shared.iter().all(|a| a.bank_degree == 1), "{shared:?}");
+    assert_eq!(k.spin_waits, 0);
+}
+
+// Guards the bank-degree estimate: a column walk of an unpadded 32×32 tile puts all 32
+// lanes in one bank, the padded [32][33] tile spreads them.
+#[test]
+fn column_walk_of_an_unpadded_tile_conflicts_32_ways() {
+    let src = |cols: u32| {
+        format!(
+                "__global__ void t(const float* x, float* y) {{\n  __shared__ float tile[32][{cols}];\n  tile[threadIdx.x][threadIdx.y] = x[threadIdx.x];\n  y[threadIdx.x] = tile[threadIdx.y][threadIdx.x];\n}}\n"
+            )
+    };
+    for (cols, degree) in [(32, 32), (33, 1)] {
+        let text = src(cols);
+        let tree = SourceTree::parse(text.as_bytes()).unwrap();
+        let k = WarpProbe::new(&tree)
+            .run_detailed(
+                "t",
+                [1, 1, 1],
+                [32, 8, 1],
+                &[ProbeArg::Buffer, ProbeArg::Buffer],
+            )
+            .unwrap();
+        let worst = k
+            .accesses
+            .iter()
+            .filter(|a| a.space == MemorySpace::Shared)
+            .map(|a| a.bank_degree)
+            .max();
+        assert_eq!(worst, Some(degree), "tile[32][{cols}]: {k:?}");
+    }
+}
