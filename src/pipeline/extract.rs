@@ -169,25 +169,7 @@ pub fn select_configs(task: &Task, max_configs: Option<usize>) -> Vec<usize> {
     }
 }
 
-/// The one rule that picks the timed configuration: the position in `configs` (indices into
-/// `task.configs`) of the config whose ABI buffers hold the most bytes, the first on ties.
-/// Timing and static occupancy both use it.
-pub fn timing_config(task: &Task, configs: &[usize]) -> usize {
-    let mut best = 0;
-    let mut largest = 0u64;
-    for (k, &ci) in configs.iter().enumerate() {
-        let bytes = task
-            .configs
-            .get(ci)
-            .and_then(|c| task.buffer_bytes(c).ok())
-            .unwrap_or(0);
-        if bytes > largest {
-            largest = bytes;
-            best = k;
-        }
-    }
-    best
-}
+pub use crate::task::timing_config;
 
 /// The typed kind of a candidate error, as reported in `stages.extract.error_kind`.
 pub fn error_kind(e: &CandidateError) -> ExtractErrorKind {

@@ -38,6 +38,60 @@ pub(crate) enum Reference {
     Torch(TorchReference),
 }
 
+impl Reference {
+    /// The reference as a job's side.
+    fn side(&self) -> JobReference<'_> {
+        match self {
+            Reference::Cuda {
+                candidate,
+                module,
+                plans,
+            } => JobReference::Cuda(JobSide {
+                candidate,
+                module,
+                plans,
+            }),
+            Reference::Torch(t) => JobReference::Torch(t),
+        }
+    }
+}
+
+/// The plans were checked against CUDA's limits at extraction, so an invalid launch is
+/// reported as such on a machine without a GPU too: those members' results, and the members
+/// that can run.
+fn invalid_launches(members: &[GpuMember<'_>]) -> (Vec<Option<ExecResult>>, Vec<usize>) {
+    let mut results: Vec<Option<ExecResult>> = vec![None; members.len()];
+    let mut runnable = Vec::new();
+    for (k, m) in members.iter().enumerate() {
+        match &m.plan.resolved {
+            Ok(_) => runnable.push(k),
+            Err(e) => {
+                results[k] = Some(ExecResult::status_only(ExecStatus::InvalidLaunch {
+                    reason: e.to_string(),
+                }))
+            }
+        }
+    }
+    (results, runnable)
+}
+
+/// Identical sources run once and share their result: the members (of `runnable`) whose
+/// source is the first of its kind, and for every member the one whose result it takes.
+fn unique_sources(members: &[GpuMember<'_>], runnable: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut unique: Vec<usize> = Vec::new();
+    let mut same_as: Vec<usize> = (0..members.len()).collect();
+    for &k in runnable {
+        match unique
+            .iter()
+            .find(|&&u| members[u].candidate.source == members[k].candidate.source)
+        {
+            Some(&u) => same_as[k] = u,
+            None => unique.push(k),
+        }
+    }
+    (unique, same_as)
+}
+
 /// The PyTorch mode a task's reference runs in, when it is its PyTorch original: the one
 /// asked for ([`ExecOptions::torch_reference`]), or eager for a task whose only reference
 /// is its original. `None`: the task's CUDA reference.
@@ -167,20 +221,7 @@ impl GpuState {
         with_timing: bool,
     ) -> Vec<ExecResult> {
         let all = |status: ExecStatus| vec![ExecResult::status_only(status); members.len()];
-        let mut results: Vec<Option<ExecResult>> = vec![None; members.len()];
-        // The plans were checked against CUDA's limits at extraction, so an invalid launch
-        // is reported as such on a machine without a GPU too.
-        let mut runnable = Vec::new();
-        for (k, m) in members.iter().enumerate() {
-            match &m.plan.resolved {
-                Ok(_) => runnable.push(k),
-                Err(e) => {
-                    results[k] = Some(ExecResult::status_only(ExecStatus::InvalidLaunch {
-                        reason: e.to_string(),
-                    }))
-                }
-            }
-        }
+        let (mut results, runnable) = invalid_launches(members);
         // Every member without a result yet gets `status`.
         let finish = |results: Vec<Option<ExecResult>>, status: ExecStatus| {
             results
@@ -208,18 +249,7 @@ impl GpuState {
                 return finish(results, ExecStatus::ReferenceFailed { reason });
             }
         };
-        // Identical sources run once; their results are shared.
-        let mut unique: Vec<usize> = Vec::new();
-        let mut same_as: Vec<usize> = (0..members.len()).collect();
-        for &k in &runnable {
-            match unique
-                .iter()
-                .find(|&&u| members[u].candidate.source == members[k].candidate.source)
-            {
-                Some(&u) => same_as[k] = u,
-                None => unique.push(k),
-            }
-        }
+        let (unique, same_as) = unique_sources(members, &runnable);
         let sides: Vec<JobSide<'_>> = unique
             .iter()
             .filter_map(|&k| {
@@ -231,19 +261,7 @@ impl GpuState {
                 })
             })
             .collect();
-        let reference_side = match reference {
-            Reference::Cuda {
-                candidate,
-                module,
-                plans,
-            } => JobReference::Cuda(JobSide {
-                candidate,
-                module,
-                plans,
-            }),
-            Reference::Torch(t) => JobReference::Torch(t),
-        };
-        let run = self.run_sides(executor, task, plan0, reference_side, &sides, with_timing);
+        let run = self.run_sides(executor, task, plan0, reference.side(), &sides, with_timing);
         if run.len() != unique.len() {
             return all(ExecStatus::Unavailable {
                 reason: format!(

@@ -54,7 +54,7 @@
 use super::error::{RankerError, Result};
 use crate::analysis::{AccessProbe, Features, KernelFeatures, ProbeArg, SourceTree, WarpProbe};
 use crate::candidate::{Candidate, PlanLimits, ResolvedArg, ResolvedLaunch, ResolvedPlan};
-use crate::pipeline::timing_config;
+use crate::task::timing_config;
 use crate::task::{InputConfig, Param, Task};
 
 /// SM count of the reference device (NVIDIA H200) against which grids are measured.

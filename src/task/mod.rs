@@ -342,3 +342,23 @@ impl Task {
         format!("({})", parts.join(", "))
     }
 }
+
+/// The one rule that picks the timed configuration: the position in `configs` (indices into
+/// `task.configs`) of the config whose ABI buffers hold the most bytes, the first on ties.
+/// Timing and static occupancy both use it.
+pub fn timing_config(task: &Task, configs: &[usize]) -> usize {
+    let mut best = 0;
+    let mut largest = 0u64;
+    for (k, &ci) in configs.iter().enumerate() {
+        let bytes = task
+            .configs
+            .get(ci)
+            .and_then(|c| task.buffer_bytes(c).ok())
+            .unwrap_or(0);
+        if bytes > largest {
+            largest = bytes;
+            best = k;
+        }
+    }
+    best
+}

@@ -212,14 +212,36 @@ pub(crate) fn task_files(
     problem_source: &str,
 ) -> Result<TaskFiles, String> {
     let mut taken = Vec::new();
-    let mut tensor_names = Vec::new();
+    let (tensor_names, directions) = abi_names(probe, &mut taken);
+    let tensors: Vec<&ProbeTensor> = (probe.inputs.iter())
+        .chain(&probe.params)
+        .chain(&probe.outputs)
+        .collect();
+    let sym = symbols(probe, &tensor_names, &mut taken)?;
+    let mut t = String::new();
+    write_header(&mut t, probe, id, problem_name);
+    let abi = Abi {
+        names: &tensor_names,
+        directions: &directions,
+        tensors: &tensors,
+    };
+    write_buffer_params(&mut t, probe, &abi, &sym);
+    write_size_params(&mut t, &sym);
+    write_configs(&mut t, probe, &sym);
+    write_inputs(&mut t, &abi);
+    let _ = writeln!(t, "\n# Input regimes: none written by the import (add the ones the module's semantics define,");
+    let _ = writeln!(t, "# docs/task-regimes.md).");
+    let original = wrapper(probe, problem_name, problem_source, &tensor_names);
+    Ok(TaskFiles { toml: t, original })
+}
+
+/// The ABI's buffers as the task file names them, in order (inputs, the module's
+/// parameters and buffers, outputs), with their directions.
+fn abi_names(probe: &Probe, taken: &mut Vec<String>) -> (Vec<String>, Vec<&'static str>) {
+    let mut names = Vec::new();
     let mut directions = Vec::new();
-    for t in &probe.inputs {
-        tensor_names.push(unique(ident(&t.name), &mut taken));
-        directions.push("in");
-    }
-    for t in &probe.params {
-        tensor_names.push(unique(ident(&t.name), &mut taken));
+    for t in probe.inputs.iter().chain(&probe.params) {
+        names.push(unique(ident(&t.name), taken));
         directions.push("in");
     }
     for k in 0..probe.outputs.len() {
@@ -228,17 +250,22 @@ pub(crate) fn task_files(
         } else {
             format!("out{k}")
         };
-        tensor_names.push(unique(name, &mut taken));
+        names.push(unique(name, taken));
         directions.push("out");
     }
-    let tensors: Vec<&ProbeTensor> = (probe.inputs.iter())
-        .chain(&probe.params)
-        .chain(&probe.outputs)
-        .collect();
-    let sym = symbols(probe, &tensor_names, &mut taken)?;
-    let (atol, rtol) = tolerance(&probe.outputs);
+    (names, directions)
+}
 
-    let mut t = String::new();
+/// The ABI's buffers: names, directions and the probed tensors, in order.
+struct Abi<'a> {
+    names: &'a [String],
+    directions: &'a [&'static str],
+    tensors: &'a [&'a ProbeTensor],
+}
+
+/// The task file's head: where it came from, its id, kind, files and tolerance.
+fn write_header(t: &mut String, probe: &Probe, id: &str, problem_name: &str) {
+    let (atol, rtol) = tolerance(&probe.outputs);
     let _ = writeln!(
         t,
         "# Imported by `cudaperf tasks import` from {problem_name} (PyTorch {}).",
@@ -270,7 +297,11 @@ pub(crate) fn task_files(
             .join(", ")
     );
     let _ = writeln!(t, "[tolerance]\natol = {atol:e}\nrtol = {rtol:e}");
-    for (k, name) in tensor_names.iter().enumerate() {
+}
+
+/// One `[[params]]` buffer entry per ABI tensor, with its length and shape in size names.
+fn write_buffer_params(t: &mut String, probe: &Probe, abi: &Abi<'_>, sym: &Symbols) {
+    for (k, name) in abi.names.iter().enumerate() {
         let dims = &sym.dims[k];
         let len = if dims.is_empty() {
             "1".to_string()
@@ -292,11 +323,15 @@ pub(crate) fn task_files(
         }
         let _ = writeln!(t, "name = {}", toml_str(name));
         let _ = writeln!(t, "kind = \"buffer\"");
-        let _ = writeln!(t, "direction = \"{}\"", directions[k]);
-        let _ = writeln!(t, "dtype = {}", toml_str(&tensors[k].dtype));
+        let _ = writeln!(t, "direction = \"{}\"", abi.directions[k]);
+        let _ = writeln!(t, "dtype = {}", toml_str(&abi.tensors[k].dtype));
         let _ = writeln!(t, "len = {}", toml_str(&len));
         let _ = writeln!(t, "shape = [{}]", shape.join(", "));
     }
+}
+
+/// One scalar `[[params]]` entry per size (`i64` where a value passes 2^31).
+fn write_size_params(t: &mut String, sym: &Symbols) {
     for (name, values) in &sym.sizes {
         let dtype = if values.iter().all(|&v| v <= i32::MAX as i64) {
             "i32"
@@ -310,7 +345,10 @@ pub(crate) fn task_files(
             toml_str(name)
         );
     }
-    // Smallest first; the file's own sizes last (the timed config is the largest).
+}
+
+/// The configs, smallest first; the file's own sizes last (the timed config is the largest).
+fn write_configs(t: &mut String, probe: &Probe, sym: &Symbols) {
     let mut order: Vec<usize> = (0..probe.configs.len()).collect();
     order.sort_by_key(|&ci| {
         (probe.configs[ci].shapes.iter())
@@ -325,51 +363,70 @@ pub(crate) fn task_files(
         let _ = writeln!(t, "\n[[configs]]\nname = {}", toml_str(&c.name));
         let _ = writeln!(t, "sizes = {{ {} }}", sizes.join(", "));
     }
-    for (k, name) in tensor_names.iter().enumerate() {
-        if directions[k] != "in" {
+}
+
+/// The input distributions resembling the file's own draws.
+fn write_inputs(t: &mut String, abi: &Abi<'_>) {
+    for (k, name) in abi.names.iter().enumerate() {
+        if abi.directions[k] != "in" {
             continue;
         }
-        if let Some(d) = &tensors[k].dist {
+        if let Some(d) = &abi.tensors[k].dist {
             let _ = writeln!(t, "\n[inputs.{name}]");
             for (key, v) in d {
                 let _ = writeln!(t, "{key} = {}", toml_value(v));
             }
         }
     }
-    let _ = writeln!(t, "\n# Input regimes: none written by the import (add the ones the module's semantics define,");
-    let _ = writeln!(t, "# docs/task-regimes.md).");
+}
 
-    let original = wrapper(probe, problem_name, problem_source, &tensor_names);
-    Ok(TaskFiles { toml: t, original })
+/// The Python lists the wrapper is written with: where each tensor input goes among
+/// forward's arguments, the constant arguments, the names of the module's state, and the
+/// inputs that are 0-dimensional.
+struct WrapperLists {
+    positions: Vec<String>,
+    constants: Vec<String>,
+    state: Vec<String>,
+    rank0: Vec<String>,
+}
+
+impl WrapperLists {
+    fn of(probe: &Probe) -> WrapperLists {
+        let rank0 = (probe
+            .configs
+            .first()
+            .map(|c| &c.shapes)
+            .into_iter()
+            .flatten())
+        .take(probe.inputs.len() + probe.params.len())
+        .enumerate()
+        .filter(|(_, s)| s.is_empty())
+        .map(|(k, _)| k.to_string())
+        .collect();
+        WrapperLists {
+            positions: (probe.inputs.iter())
+                .map(|t| t.position.to_string())
+                .collect(),
+            constants: (probe.constants.iter())
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect(),
+            state: (probe.params.iter())
+                .map(|p| serde_json::to_string(&p.name).unwrap_or_default())
+                .collect(),
+            rank0,
+        }
+    }
 }
 
 /// `original.py`: the problem's text unchanged, then the wrapper that gives it the crate's
 /// convention (`Model()` without arguments, every ABI input to `forward`).
 fn wrapper(probe: &Probe, problem_name: &str, source: &str, names: &[String]) -> String {
-    let positions: Vec<String> = probe
-        .inputs
-        .iter()
-        .map(|t| t.position.to_string())
-        .collect();
-    let constants: Vec<String> = (probe.constants.iter())
-        .map(|(k, v)| format!("{k}: {v}"))
-        .collect();
-    let state: Vec<String> = probe
-        .params
-        .iter()
-        .map(|p| serde_json::to_string(&p.name).unwrap_or_default())
-        .collect();
-    let rank0: Vec<String> = (probe
-        .configs
-        .first()
-        .map(|c| &c.shapes)
-        .into_iter()
-        .flatten())
-    .take(probe.inputs.len() + probe.params.len())
-    .enumerate()
-    .filter(|(_, s)| s.is_empty())
-    .map(|(k, _)| k.to_string())
-    .collect();
+    let WrapperLists {
+        positions,
+        constants,
+        state,
+        rank0,
+    } = WrapperLists::of(probe);
     let args: Vec<&str> = names[..probe.inputs.len() + probe.params.len()]
         .iter()
         .map(|s| s.as_str())

@@ -329,6 +329,12 @@ fn run_probes(
         }
         Ok((Ended::Exited(_, text), _)) => text,
     };
+    probe_results(problems, &text)
+}
+
+/// One result per problem from the probe's output: its JSON line by index, or why the probe
+/// gave none.
+fn probe_results(problems: &[&Path], text: &str) -> Vec<Result<build::Probe, ImportError>> {
     let mut lines: BTreeMap<usize, serde_json::Value> = BTreeMap::new();
     for line in text.lines().filter(|l| l.starts_with('{')) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
