@@ -18,7 +18,7 @@ pub struct CompileOptions {
     /// Wall-clock limit per compile (default 30 s). Enforced only when sandboxed.
     pub timeout: Duration,
     /// Persist the cache here (default: memory only). It must be a folder this process can
-    /// create and write; [`Compiler::new`] checks.
+    /// create and write; [`Compiler::new`](super::Compiler::new) checks.
     pub cache_dir: Option<PathBuf>,
     /// Where compiles run (default [`Isolation::Sandboxed`]).
     pub isolation: Isolation,
@@ -84,7 +84,7 @@ impl CompileOptions {
     /// `"details/info.h"`): every WMMA kernel failed to compile. Here the candidate is named
     /// as a file *inside* the CUDA include folder instead, so the folder of every file NVRTC
     /// reads is inside that folder: the headers resolve as under nvcc, and the only files a
-    /// candidate can reach are the allowlisted headers ([`check_includes`]) and what they
+    /// candidate can reach are the allowlisted headers ([`check_includes`](super::check_includes)) and what they
     /// include. `cccl/` (where CUDA 13 keeps `<nv/target>`) is searched too when present.
     /// Without an include folder the flags are [`CompileOptions::flags`] (nothing to find).
     pub fn invocation(&self, include_dir: Option<&std::path::Path>) -> Invocation {

@@ -11,7 +11,7 @@ use crate::expr::{Expr, Sizes};
 
 use super::{PrecisionContract, Regime};
 
-/// A buffer parameter of a task's ABI, borrowed ([`Task::buffers`]).
+/// A buffer parameter of a task's ABI, borrowed ([`Task::buffers`](super::Task::buffers)).
 #[derive(Debug, Clone, Copy)]
 pub struct BufferParam<'a> {
     /// Parameter name.
