@@ -120,6 +120,51 @@ impl MemberLimit {
     }
 }
 
+impl<'a> JobState<'a> {
+    /// A job starting now: its limits (defaults where the job gives none) and fresh members.
+    pub(super) fn start(job: &'a ExecJob) -> JobState<'a> {
+        let n = job.candidates.len();
+        let deadline_ms = if job.deadline_ms > 0 {
+            job.deadline_ms
+        } else {
+            600_000
+        };
+        let member_budget = Duration::from_millis(if job.member_budget_ms > 0 {
+            job.member_budget_ms
+        } else {
+            deadline_ms
+        });
+        let run_limit = if job.run_limit_ms > 0 {
+            Duration::from_millis(job.run_limit_ms)
+        } else {
+            member_budget
+        };
+        JobState {
+            job,
+            deadline: Instant::now() + Duration::from_millis(deadline_ms),
+            run_limit,
+            member_budget,
+            members: (0..n)
+                .map(|_| Member {
+                    stopped: None,
+                    checks: Vec::new(),
+                    timing: None,
+                    gpu_ms: 0.0,
+                    spent: Duration::ZERO,
+                    slack_zeroed: None,
+                })
+                .collect(),
+            runs_ms: 0.0,
+            harness_ms: 0.0,
+            flush_counter: (job.seed >> 32) as u32,
+            trace: JobTrace {
+                members: n,
+                ..Default::default()
+            },
+        }
+    }
+}
+
 impl JobState<'_> {
     /// The limit of member `i`'s next runner call; `Ok(None)` when its budget is spent (it is
     /// stopped as a `timeout` then), `Err` when the job's deadline has passed (ours).
@@ -169,6 +214,21 @@ impl JobState<'_> {
             ),
             false,
         )
+    }
+
+    /// Per member, the limit of its next runner call (`None`: stopped, or stopped now because
+    /// its budget is spent); `Err` when the job's deadline has passed.
+    pub fn active_limits(&mut self) -> Run<Vec<Option<MemberLimit>>> {
+        let job = self.job;
+        let mut limits = Vec::with_capacity(job.candidates.len());
+        for i in 0..job.candidates.len() {
+            limits.push(if self.members[i].active() {
+                self.member_limit(i)?
+            } else {
+                None
+            });
+        }
+        Ok(limits)
     }
 
     /// Members still running.

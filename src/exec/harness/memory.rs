@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::job_state::MemberLimit;
 use super::plans::side_bytes;
 use super::run::reference_fault;
 use super::{ours, Harness, JobState, Run, Who};
@@ -150,6 +151,9 @@ pub(crate) fn buffer_seed(seed: u64, i: usize) -> u64 {
     seed ^ 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)
 }
 
+/// A member runner's allocation: its buffers' shares, and the wall time it took.
+type Alloc = (Result<Vec<BufferShare>, RunnerFault>, Duration);
+
 impl Harness {
     pub(super) fn alloc_job(&mut self, st: &mut JobState, sizes: &JobSizes) -> Run<JobMemory> {
         let job = st.job;
@@ -161,21 +165,52 @@ impl Harness {
         let reference = self.map_side(job, &handles, &sizes.reference, "reference", None)?;
         // The members' runners allocate in parallel (each a process round trip and a few
         // large cuMemAllocs); the harness then maps their buffers one by one.
-        let mut limits = Vec::with_capacity(job.candidates.len());
-        for i in 0..job.candidates.len() {
-            limits.push(if st.members[i].active() {
-                st.member_limit(i)?
-            } else {
-                None
-            });
+        let limits = st.active_limits()?;
+        let allocs = self.alloc_parallel(sizes, &limits);
+        let mut members = Vec::new();
+        for (i, (a, limit)) in allocs.into_iter().zip(&limits).enumerate() {
+            match (a, limit) {
+                (Some((Ok(handles), took)), _) => {
+                    st.charge(i, took);
+                    members.push(Some(self.map_side(
+                        job,
+                        &handles,
+                        &sizes.members[i],
+                        "candidate",
+                        Some(&sizes.saved),
+                    )?))
+                }
+                (Some((Err(f), took)), Some(limit)) => {
+                    st.charge(i, took);
+                    st.member_failed(i, f, limit)?;
+                    members.push(None);
+                }
+                _ => members.push(None),
+            }
         }
-        type Alloc = (Result<Vec<BufferShare>, RunnerFault>, Duration);
-        let allocs: Vec<Option<Alloc>> = std::thread::scope(|s| {
+        let (pristine, reference_saved) = self.alloc_copies(job, sizes)?;
+        Ok(JobMemory {
+            reference,
+            reference_saved,
+            members,
+            pristine,
+            pristine_set: std::cell::Cell::new(None),
+        })
+    }
+
+    /// Each member with a limit allocates its buffers in its runner, all in parallel (each
+    /// a process round trip and a few large cuMemAllocs).
+    fn alloc_parallel(
+        &mut self,
+        sizes: &JobSizes,
+        limits: &[Option<MemberLimit>],
+    ) -> Vec<Option<Alloc>> {
+        std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .runners
                 .iter_mut()
                 .zip(&sizes.members)
-                .zip(&limits)
+                .zip(limits)
                 .map(|((r, cb), l)| {
                     l.as_ref().map(|l| {
                         let limit = l.limit;
@@ -201,28 +236,17 @@ impl Harness {
                     })
                 })
                 .collect()
-        });
-        let mut members = Vec::new();
-        for (i, (a, limit)) in allocs.into_iter().zip(&limits).enumerate() {
-            match (a, limit) {
-                (Some((Ok(handles), took)), _) => {
-                    st.charge(i, took);
-                    members.push(Some(self.map_side(
-                        job,
-                        &handles,
-                        &sizes.members[i],
-                        "candidate",
-                        Some(&sizes.saved),
-                    )?))
-                }
-                (Some((Err(f), took)), Some(limit)) => {
-                    st.charge(i, took);
-                    st.member_failed(i, f, limit)?;
-                    members.push(None);
-                }
-                _ => members.push(None),
-            }
-        }
+        })
+    }
+
+    /// The harness-owned buffers of a job: the generated inputs, and the saved copies of the
+    /// reference's outputs (only when a config has a precision probe).
+    #[allow(clippy::type_complexity)]
+    fn alloc_copies(
+        &self,
+        job: &ExecJob,
+        sizes: &JobSizes,
+    ) -> Run<(Vec<Option<DeviceBuffer>>, Vec<Option<DeviceBuffer>>)> {
         let pristine = job
             .buffers
             .iter()
@@ -257,13 +281,7 @@ impl Harness {
                 .transpose()
             })
             .collect::<Run<Vec<_>>>()?;
-        Ok(JobMemory {
-            reference,
-            reference_saved,
-            members,
-            pristine,
-            pristine_set: std::cell::Cell::new(None),
-        })
+        Ok((pristine, reference_saved))
     }
 
     /// Maps a side's buffers here; `saved` gives the bytes of the harness-owned copy of

@@ -32,6 +32,7 @@ use super::settings::GpuSettings;
 use super::support::{StatsSlots, Support};
 use crate::sandbox::{Handled, Handler};
 
+use job_state::MemberLimit;
 pub(crate) use job_state::{JobState, JobTrace, Member};
 pub(crate) use memory::{buffer_seed, InputSet, JobMemory, JobSizes};
 pub(crate) use plans::{runner_launches, side_bytes, ConfigPlans, SidePlan};
@@ -140,6 +141,34 @@ fn module_state(cubin_b64: &str) -> Result<super::cubin::CubinState, String> {
     super::cubin::inspect(&bytes).map_err(|e| e.to_string())
 }
 
+/// What each member's module can keep between runs decides how it is loaded: with data of
+/// its own it is reloaded before every run (`true`); with the device heap it is refused.
+fn reload_flags(st: &mut JobState) -> Vec<bool> {
+    let job = st.job;
+    let mut reload = vec![false; job.candidates.len()];
+    for (i, m) in job.candidates.iter().enumerate() {
+        match module_state(&m.cubin_b64) {
+            Ok(state) if state.uses_heap() => st.stop(
+                i,
+                ExecStatus::InvalidLaunch {
+                    reason: format!(
+                        "the module calls the device heap ({}): memory it allocates outlives a run, so it could carry results from one run to the next; device-side malloc/free is not allowed",
+                        state.heap_calls.join(", ")
+                    ),
+                },
+            ),
+            Ok(state) => reload[i] = state.keeps_data(),
+            Err(_) => reload[i] = true,
+        }
+    }
+    reload
+}
+
+/// The symbols a runner looks up in a module, in launch order.
+fn symbols(m: &JobModule) -> Vec<String> {
+    m.symbols.iter().map(|(_, s)| s.clone()).collect()
+}
+
 fn key_of(text: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -186,56 +215,13 @@ impl Harness {
                 }
             }
         }
-        let deadline_ms = if job.deadline_ms > 0 {
-            job.deadline_ms
-        } else {
-            600_000
-        };
-        let member_budget = Duration::from_millis(if job.member_budget_ms > 0 {
-            job.member_budget_ms
-        } else {
-            deadline_ms
-        });
-        let run_limit = if job.run_limit_ms > 0 {
-            Duration::from_millis(job.run_limit_ms)
-        } else {
-            member_budget
-        };
-        let mut st = JobState {
-            job,
-            deadline: Instant::now() + Duration::from_millis(deadline_ms),
-            run_limit,
-            member_budget,
-            members: (0..n)
-                .map(|_| Member {
-                    stopped: None,
-                    checks: Vec::new(),
-                    timing: None,
-                    gpu_ms: 0.0,
-                    spent: Duration::ZERO,
-                    slack_zeroed: None,
-                })
-                .collect(),
-            runs_ms: 0.0,
-            harness_ms: 0.0,
-            flush_counter: (job.seed >> 32) as u32,
-            trace: JobTrace {
-                members: n,
-                ..Default::default()
-            },
-        };
+        let mut st = JobState::start(job);
         let started = Instant::now();
         let outcome = self.run_job(&mut st);
         let reset = Instant::now();
         // The members' modules and memory go now, not at the next job (in parallel: each
         // runner scrubs its buffers before freeing them).
-        std::thread::scope(|s| {
-            for r in self.runners.iter_mut().take(n) {
-                s.spawn(move || {
-                    let _ = r.reset(Duration::from_secs(10));
-                });
-            }
-        });
+        self.reset_runners(n);
         st.trace.reset_ms = ms_since(reset);
         st.trace.wall_ms = ms_since(started);
         st.trace.run_gpu_ms = st.runs_ms;
@@ -247,43 +233,7 @@ impl Harness {
             Ok(()) => st
                 .members
                 .into_iter()
-                .map(|m| {
-                    let (status, correctness, timing) = match m.stopped {
-                        Some(s) => (s, None, None),
-                        None => {
-                            let passed = m.checks.iter().filter(|c| c.passed).count();
-                            let all = passed == m.checks.len() && !m.checks.is_empty();
-                            let pass_rate = if m.checks.is_empty() {
-                                0.0
-                            } else {
-                                passed as f64 / m.checks.len() as f64
-                            };
-                            (
-                                ExecStatus::Ok,
-                                Some(CorrectnessStage {
-                                    passed: all,
-                                    pass_rate,
-                                    configs: m.checks,
-                                    seed: job.seed,
-                                    protocol: PROTOCOL_VERSION,
-                                    precision: job.precision.clone(),
-                                }),
-                                // A config timed before a later one failed awards nothing.
-                                m.timing.filter(|_| all),
-                            )
-                        }
-                    };
-                    ExecResult {
-                        status,
-                        correctness,
-                        timing,
-                        device: Some(self.info.clone()),
-                        millis: 0.0,
-                        gpu_millis: m.gpu_ms,
-                        job_gpu_millis: job_gpu_ms,
-                        job_members: n as u32,
-                    }
-                })
+                .map(|m| self.member_result(job, m, n, job_gpu_ms))
                 .collect(),
             Err(fault) => {
                 let status = match fault {
@@ -299,6 +249,56 @@ impl Harness {
             }
         };
         (results, restart)
+    }
+
+    /// What member `m` of a job that ran to its end comes to.
+    fn member_result(&self, job: &ExecJob, m: Member, n: usize, job_gpu_ms: f64) -> ExecResult {
+        let (status, correctness, timing) = match m.stopped {
+            Some(s) => (s, None, None),
+            None => {
+                let passed = m.checks.iter().filter(|c| c.passed).count();
+                let all = passed == m.checks.len() && !m.checks.is_empty();
+                let pass_rate = if m.checks.is_empty() {
+                    0.0
+                } else {
+                    passed as f64 / m.checks.len() as f64
+                };
+                (
+                    ExecStatus::Ok,
+                    Some(CorrectnessStage {
+                        passed: all,
+                        pass_rate,
+                        configs: m.checks,
+                        seed: job.seed,
+                        protocol: PROTOCOL_VERSION,
+                        precision: job.precision.clone(),
+                    }),
+                    // A config timed before a later one failed awards nothing.
+                    m.timing.filter(|_| all),
+                )
+            }
+        };
+        ExecResult {
+            status,
+            correctness,
+            timing,
+            device: Some(self.info.clone()),
+            millis: 0.0,
+            gpu_millis: m.gpu_ms,
+            job_gpu_millis: job_gpu_ms,
+            job_members: n as u32,
+        }
+    }
+
+    /// Resets the first `n` runners: the members' modules and memory go now.
+    fn reset_runners(&mut self, n: usize) {
+        std::thread::scope(|s| {
+            for r in self.runners.iter_mut().take(n) {
+                s.spawn(move || {
+                    let _ = r.reset(Duration::from_secs(10));
+                });
+            }
+        });
     }
 
     fn run_job(&mut self, st: &mut JobState) -> Run<()> {
@@ -318,8 +318,34 @@ impl Harness {
             Some(t) => key_of(&format!("torch {}\n{}", t.mode.as_str(), t.source)),
             None => key_of(&job.reference.cubin_b64),
         };
-        let symbols =
-            |m: &JobModule| -> Vec<String> { m.symbols.iter().map(|(_, s)| s.clone()).collect() };
+        self.load_reference(st, ref_key)?;
+        self.load_members(st)?;
+        let cap = if job.max_device_bytes > 0 {
+            job.max_device_bytes
+        } else {
+            self.gpu.free_memory() / 10 * 9
+        };
+        // Every side's buffers are allocated once for the job, each at its largest size over
+        // the configs; a config uses their starts. Members whose memory would not fit are an
+        // invalid launch; the rest go on.
+        let sizes = JobSizes::new(job);
+        self.admit(st, &sizes, cap)?;
+        if st.active().is_empty() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let mem = self.alloc_job(st, &sizes)?;
+        st.trace.alloc_ms += ms_since(t);
+        self.run_configs(st, &mem, ref_key)?;
+        let t = Instant::now();
+        drop(mem);
+        st.trace.alloc_ms += ms_since(t);
+        Ok(())
+    }
+
+    /// Loads the job's reference (the trusted reference is reloaded only when it changes).
+    fn load_reference(&mut self, st: &JobState, ref_key: u64) -> Run<()> {
+        let job = st.job;
         // The reference is trusted and stateless: reloaded only when it changes. Every
         // member gets a fresh module (fresh `__device__` globals) for every job.
         let limit = self.limit(st)?;
@@ -337,44 +363,47 @@ impl Harness {
             ),
         };
         loaded.map_err(|f| reference_fault("the reference failed to load", f))?;
+        Ok(())
+    }
+
+    /// Loads every member's module, each in a fresh module for this job.
+    fn load_members(&mut self, st: &mut JobState) -> Run<()> {
+        let job = st.job;
         // Members load in parallel: a runner that has to start first (process, CUDA
         // context) costs a few hundred milliseconds.
         let t = Instant::now();
         // What each member's module can keep between runs decides how it is loaded: with
         // data of its own it is reloaded before every run; with the device heap it is
         // refused (the heap outlives any reload).
-        let mut reload = vec![false; job.candidates.len()];
-        for (i, m) in job.candidates.iter().enumerate() {
-            match module_state(&m.cubin_b64) {
-                Ok(state) if state.uses_heap() => st.stop(
-                    i,
-                    ExecStatus::InvalidLaunch {
-                        reason: format!(
-                            "the module calls the device heap ({}): memory it allocates outlives a run, so it could carry results from one run to the next; device-side malloc/free is not allowed",
-                            state.heap_calls.join(", ")
-                        ),
-                    },
-                ),
-                Ok(state) => reload[i] = state.keeps_data(),
-                Err(_) => reload[i] = true,
+        let reload = reload_flags(st);
+        let limits = st.active_limits()?;
+        st.trace.reloaded_members = reload.iter().filter(|&&r| r).count();
+        let loads = self.load_parallel(job, &limits, &reload);
+        for (i, (l, limit)) in loads.into_iter().zip(&limits).enumerate() {
+            if let (Some((Err(f), took)), Some(limit)) = (l, limit) {
+                st.charge(i, took);
+                st.member_failed(i, f, limit)?;
             }
         }
-        let mut limits = Vec::with_capacity(job.candidates.len());
-        for i in 0..job.candidates.len() {
-            limits.push(if st.members[i].active() {
-                st.member_limit(i)?
-            } else {
-                None
-            });
-        }
-        st.trace.reloaded_members = reload.iter().filter(|&&r| r).count();
-        let loads: Vec<Option<(Result<(), RunnerFault>, Duration)>> = std::thread::scope(|s| {
+        st.trace.load_ms = ms_since(t);
+        Ok(())
+    }
+
+    /// Each member with a limit loads its module in its runner, all in parallel; per member,
+    /// the outcome and the wall time it took (`None`: not loaded).
+    fn load_parallel(
+        &mut self,
+        job: &ExecJob,
+        limits: &[Option<MemberLimit>],
+        reload: &[bool],
+    ) -> Vec<Option<(Result<(), RunnerFault>, Duration)>> {
+        std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .runners
                 .iter_mut()
                 .zip(&job.candidates)
-                .zip(&limits)
-                .zip(&reload)
+                .zip(limits)
+                .zip(reload)
                 .map(|(((r, m), l), &each)| {
                     let syms = symbols(m);
                     l.as_ref().map(|l| {
@@ -399,23 +428,13 @@ impl Harness {
                     })
                 })
                 .collect()
-        });
-        for (i, (l, limit)) in loads.into_iter().zip(&limits).enumerate() {
-            if let (Some((Err(f), took)), Some(limit)) = (l, limit) {
-                st.charge(i, took);
-                st.member_failed(i, f, limit)?;
-            }
-        }
-        st.trace.load_ms = ms_since(t);
-        let cap = if job.max_device_bytes > 0 {
-            job.max_device_bytes
-        } else {
-            self.gpu.free_memory() / 10 * 9
-        };
-        // Every side's buffers are allocated once for the job, each at its largest size over
-        // the configs; a config uses their starts. Members whose memory would not fit are an
-        // invalid launch; the rest go on.
-        let sizes = JobSizes::new(job);
+        })
+    }
+
+    /// Stops the members whose buffers would not fit under `cap` bytes with the reference's
+    /// and the generated inputs'; fails the job when the task itself does not fit.
+    fn admit(&self, st: &mut JobState, sizes: &JobSizes, cap: u64) -> Run<()> {
+        let job = st.job;
         let mut need = sizes.reference.iter().sum::<u64>() + sizes.generated.iter().sum::<u64>();
         // The task itself must fit with one scratch-free candidate: otherwise every member
         // would be refused for a size it did not choose, and that is ours, not theirs.
@@ -461,12 +480,12 @@ impl Harness {
                 need += own;
             }
         }
-        if st.active().is_empty() {
-            return Ok(());
-        }
-        let t = Instant::now();
-        let mem = self.alloc_job(st, &sizes)?;
-        st.trace.alloc_ms += ms_since(t);
+        Ok(())
+    }
+
+    /// Checks every config in order, and times the timing config.
+    fn run_configs(&mut self, st: &mut JobState, mem: &JobMemory, ref_key: u64) -> Run<()> {
+        let job = st.job;
         for (k, c) in job.configs.iter().enumerate() {
             if st.active().is_empty() {
                 break;
@@ -474,19 +493,16 @@ impl Harness {
             mem.pristine_set.set(None);
             let plans = ConfigPlans::new(job, k, c);
             let t = Instant::now();
-            self.check_config(st, k, c, &mem, &plans)?;
+            self.check_config(st, k, c, mem, &plans)?;
             st.trace.check_ms += ms_since(t);
             if k == job.timing_config {
                 if let Some(opts) = job.timing {
                     let t = Instant::now();
-                    self.time_config(st, c, &mem, &plans, &opts, ref_key)?;
+                    self.time_config(st, c, mem, &plans, &opts, ref_key)?;
                     st.trace.time_ms += ms_since(t);
                 }
             }
         }
-        let t = Instant::now();
-        drop(mem);
-        st.trace.alloc_ms += ms_since(t);
         Ok(())
     }
 }
