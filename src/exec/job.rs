@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::secret::JobSecret;
 use crate::candidate::{Candidate, ResolvedPlan};
 use crate::compile::CompiledModule;
 use crate::task::{DType, Direction, Distribution, Param, Task, Tolerance};
@@ -193,8 +194,9 @@ pub struct ExecJob {
     /// Tolerance.
     pub tolerance: Tolerance,
     /// The job's secret: every input seed and the timing schedule derive from it. The
-    /// candidate's process never sees it.
-    pub seed: u64,
+    /// candidate's process never sees it. Serialised as `seed`, a bare number.
+    #[serde(rename = "seed")]
+    pub secret: JobSecret,
     /// Timing, when wanted (only run if every config passed).
     pub timing: Option<TimingOptions>,
     /// Index of the config to time.
@@ -413,7 +415,8 @@ pub struct JobParts<'a> {
     /// Index into `configs` of the config to time (the pipeline's one rule:
     /// `pipeline::timing_config`, also used for static occupancy).
     pub timing_config: usize,
-    /// Input seed.
+    /// The job's secret ([`JobSecret`]'s number; [`Executor::secret`](super::Executor::secret)
+    /// draws a fresh one per job).
     pub seed: u64,
     /// Timing, if wanted.
     pub timing: Option<TimingOptions>,
@@ -637,7 +640,7 @@ impl ExecJob {
                 .map(|s| JobModule::new(s.candidate, s.module))
                 .collect(),
             tolerance: task.tolerance,
-            seed: p.seed,
+            secret: JobSecret(p.seed),
             timing: p.timing,
             timing_config,
             max_device_bytes: p.max_device_bytes,

@@ -17,8 +17,9 @@ use super::harness::{
 };
 use super::job::{ExecJob, JobConfig, TimingOptions};
 use super::report::{KernelOccupancy, TimingStage, PROTOCOL_VERSION};
+use super::secret::domain;
 use super::support::Stats;
-use super::timing::{self, derive_seed, domain, Schedule};
+use super::timing::{self, Schedule};
 use super::torch::ReferenceKind;
 
 impl Harness {
@@ -37,7 +38,7 @@ impl Harness {
         }
         let mut times = Vec::new();
         for i in 0..opts.calibration_runs.max(3) {
-            let seed = derive_seed(st.job.seed, domain::CALIBRATION, u64::from(i));
+            let seed = st.job.secret.derive(domain::CALIBRATION, u64::from(i));
             self.prepare(
                 st,
                 c,
@@ -74,15 +75,15 @@ impl Harness {
         }
         let key = (ref_key, c.name.clone());
         let calibration = self.calibrate(st, c, mem, &plans.reference, opts, key)?;
-        let mut sched = Schedule::new(job.seed, opts);
+        let mut sched = Schedule::new(job.secret, opts);
         let mut order_rng =
-            rand::rngs::SmallRng::seed_from_u64(derive_seed(job.seed, domain::SCHEDULE, 1));
+            rand::rngs::SmallRng::seed_from_u64(job.secret.derive(domain::SCHEDULE, 1));
         let n = job.candidates.len();
         let max_batch = 12usize;
         let mut samples = Samples::new(n);
         let budget = opts.budget_ms * (timed.len() as f64 + 1.0) / 2.0;
         let mut run = 0u32;
-        let boot_seed = derive_seed(job.seed, domain::BOOTSTRAP, 0);
+        let boot_seed = job.secret.derive(domain::BOOTSTRAP, 0);
         let mut settled = vec![false; n];
         let cx = TimedCtx {
             c,
@@ -94,7 +95,7 @@ impl Harness {
             let batch = (sched.next_batch() as usize).min(max_batch);
             for _ in 0..batch {
                 run += 1;
-                let seed = derive_seed(job.seed, domain::TIMED, u64::from(run));
+                let seed = job.secret.derive(domain::TIMED, u64::from(run));
                 let out = self.timed_run(st, &cx, seed, &timed, &mut order_rng)?;
                 let counted = run > sched.warmup;
                 record_run(st, run, counted, out, &mut timed, &mut samples);

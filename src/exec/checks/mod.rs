@@ -19,7 +19,7 @@ use super::harness::{
 };
 use super::job::{ExecJob, JobConfig};
 use super::report::{ConfigCheck, RegimeCheck, PRECISION_PROBE_LIMIT};
-use super::timing::{derive_seed, domain};
+use super::secret::domain;
 
 pub(crate) use batch::{Batch, Found, POISONS};
 
@@ -61,8 +61,8 @@ impl Harness {
     ) -> Run<()> {
         let job = st.job;
         let mut checks = blank_checks(job, c);
-        let seed_a = derive_seed(job.seed, domain::SET_A, k as u64);
-        let seed_b = derive_seed(job.seed, domain::SET_B, k as u64);
+        let seed_a = job.secret.derive(domain::SET_A, k as u64);
+        let seed_b = job.secret.derive(domain::SET_B, k as u64);
         // On the timed config, set B is also the precision probe's base set (its probed
         // inputs carry the first draw of their low-order bits): the probe then needs one run.
         let probing = k == job.timing_config && c.probes.iter().any(Option::is_some);
@@ -261,7 +261,9 @@ impl Harness {
         // The task's other input regimes: once each, every side, checked like set A.
         for (r, regime) in c.regimes.iter().enumerate() {
             let set = InputSet {
-                seed: derive_seed(job.seed, domain::REGIME, ((k as u64) << 16) | r as u64),
+                seed: job
+                    .secret
+                    .derive(domain::REGIME, ((k as u64) << 16) | r as u64),
                 regime: Some(r),
                 probe: None,
             };

@@ -156,7 +156,7 @@ impl<'a> JobState<'a> {
                 .collect(),
             runs_ms: 0.0,
             harness_ms: 0.0,
-            flush_counter: (job.seed >> 32) as u32,
+            flush_counter: (job.secret.0 >> 32) as u32,
             trace: JobTrace {
                 members: n,
                 ..Default::default()

@@ -146,11 +146,6 @@ impl JobSizes {
     }
 }
 
-/// The seed of buffer `i` within an input set.
-pub(crate) fn buffer_seed(seed: u64, i: usize) -> u64 {
-    seed ^ 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)
-}
-
 /// A member runner's allocation: its buffers' shares, and the wall time it took.
 type Alloc = (Result<Vec<BufferShare>, RunnerFault>, Duration);
 

@@ -34,7 +34,7 @@ use crate::sandbox::{Handled, Handler};
 
 use job_state::MemberLimit;
 pub(crate) use job_state::{JobState, JobTrace, Member};
-pub(crate) use memory::{buffer_seed, InputSet, JobMemory, JobSizes};
+pub(crate) use memory::{InputSet, JobMemory, JobSizes};
 pub(crate) use plans::{runner_launches, side_bytes, ConfigPlans, SidePlan};
 use run::reference_fault;
 pub(crate) use run::SideRun;
@@ -269,7 +269,7 @@ impl Harness {
                         passed: all,
                         pass_rate,
                         configs: m.checks,
-                        seed: job.seed,
+                        seed: job.secret.0,
                         protocol: PROTOCOL_VERSION,
                         precision: job.precision.clone(),
                     }),

@@ -3,12 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::memory::{buffer_seed, InputSet, JobMemory, SideMemory};
+use super::memory::{InputSet, JobMemory, SideMemory};
 use super::plans::SidePlan;
 use super::{ms_since, ours, Fault, Harness, JobState, Run, Who};
 use crate::exec::driver::DevSlice;
 use crate::exec::job::{ExecJob, JobConfig};
 use crate::exec::runner::{RunnerClient, RunnerFault};
+use crate::exec::secret::{buffer_seed, derive_seed, domain};
 use crate::task::Direction;
 
 /// What a runner call for one side came to.
@@ -87,11 +88,7 @@ impl Harness {
                 )?;
                 if let (Some(changed), Some(Some(bits))) = (set.probe, c.probes.get(i)) {
                     let draw = u64::from(changed);
-                    let seed = crate::exec::timing::derive_seed(
-                        seed,
-                        crate::exec::timing::domain::PROBE,
-                        draw,
-                    );
+                    let seed = derive_seed(seed, domain::PROBE, draw);
                     ours(self.support.perturb(
                         dst.slice(),
                         b.dtype,

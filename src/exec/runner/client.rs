@@ -228,7 +228,7 @@ impl RunnerClient {
         let share_token = self
             .inbox
             .as_ref()
-            .map_or(0, |_| crate::exec::executor::fresh_secret() | 1);
+            .map_or(0, |_| crate::exec::secret::fresh_secret() | 1);
         match self.call(&RunnerCmd::Alloc { bytes, share_token }, limit)? {
             RunnerReply::Allocated { shared: true, .. } => {
                 let inbox = self
