@@ -11,7 +11,7 @@ const ENV_EDGES: &[(&str, &str)] = &[
         "a worker process's start (GPU worker settings)",
     ),
     (
-        "src/exec/runner.rs",
+        "src/exec/runner/state.rs",
         "the inbox name the harness hands its runner process (internal plumbing)",
     ),
     (

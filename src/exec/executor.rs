@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::job::{ExecJob, TimingOptions};
 use super::report::{ExecResult, ExecStatus};
+use super::secret::{fresh_secret, JobSecret};
 use crate::sandbox::{JobOutcome, Pool, WorkerSpec};
 use crate::worker::{locate_worker, Role, WorkerNotFound};
 
@@ -51,7 +52,8 @@ pub struct ExecOptions {
     pub timing: TimingOptions,
     /// Device memory cap per job in bytes (default 0: 90 % of the GPU's free memory).
     pub max_device_bytes: u64,
-    /// Pin the input seed (default: a fresh seed per call, so answers cannot be memorised).
+    /// Pin the job's secret (default: a fresh [`JobSecret`] per job, so answers cannot be
+    /// memorised).
     pub seed: Option<u64>,
     /// Check at most this many configs, spread over the task's list (default: all).
     pub max_configs: Option<usize>,
@@ -209,8 +211,8 @@ impl Executor {
     }
 
     /// A fresh job secret (inputs and timing schedule derive from it), unless pinned.
-    pub fn seed(&self) -> u64 {
-        self.options.seed.unwrap_or_else(fresh_secret)
+    pub fn secret(&self) -> JobSecret {
+        JobSecret(self.options.seed.unwrap_or_else(fresh_secret))
     }
 
     /// Runs one job (one candidate or a group); one result per member, always.
@@ -273,22 +275,4 @@ impl Executor {
             })
             .collect()
     }
-}
-
-/// 64 bits from the operating system's random source (the time and process id mixed, if
-/// that cannot be read), so that a job's secret cannot be predicted from the outside.
-pub fn fresh_secret() -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
-        return u64::from_le_bytes(b);
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    (t as u64) ^ ((t >> 64) as u64) ^ (std::process::id() as u64).rotate_left(32)
 }

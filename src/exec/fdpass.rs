@@ -11,7 +11,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use super::executor::fresh_secret;
+use super::secret::fresh_secret;
 
 /// The environment variable that gives a runner its harness's inbox.
 pub(crate) const INBOX_ENV: &str = "CUDAPERF_FD_INBOX";

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::secret::JobSecret;
 use crate::candidate::{Candidate, ResolvedPlan};
 use crate::compile::CompiledModule;
 use crate::task::{DType, Direction, Distribution, Param, Task, Tolerance};
@@ -193,8 +194,9 @@ pub struct ExecJob {
     /// Tolerance.
     pub tolerance: Tolerance,
     /// The job's secret: every input seed and the timing schedule derive from it. The
-    /// candidate's process never sees it.
-    pub seed: u64,
+    /// candidate's process never sees it. Serialised as `seed`, a bare number.
+    #[serde(rename = "seed")]
+    pub secret: JobSecret,
     /// Timing, when wanted (only run if every config passed).
     pub timing: Option<TimingOptions>,
     /// Index of the config to time.
@@ -413,7 +415,8 @@ pub struct JobParts<'a> {
     /// Index into `configs` of the config to time (the pipeline's one rule:
     /// `pipeline::timing_config`, also used for static occupancy).
     pub timing_config: usize,
-    /// Input seed.
+    /// The job's secret ([`JobSecret`]'s number; [`Executor::secret`](super::Executor::secret)
+    /// draws a fresh one per job).
     pub seed: u64,
     /// Timing, if wanted.
     pub timing: Option<TimingOptions>,
@@ -431,140 +434,184 @@ pub struct JobParts<'a> {
     pub member_budget_ms: u64,
 }
 
+/// Config `ci` of the task, the `k`-th checked, with every value evaluated.
+fn job_config(
+    p: &JobParts<'_>,
+    k: usize,
+    ci: usize,
+    reference_plans: Option<&[ResolvedPlan]>,
+) -> Result<JobConfig, BuildError> {
+    let task = p.task;
+    let timing_config = p.timing_config;
+    let cfg = task
+        .configs
+        .get(ci)
+        .ok_or_else(|| BuildError::Reference(format!("config index {ci} out of range")))?;
+    let ConfigValues {
+        lens,
+        scalars,
+        fills,
+    } = ConfigValues::of(task, cfg).map_err(|e| BuildError::Reference(e.to_string()))?;
+    let regimes = config_regimes(task, cfg, k, timing_config)?;
+    // The probe changes low-order bits of continuous float inputs the contract
+    // says must keep them.
+    let probes = task
+        .buffers()
+        .zip(&fills)
+        .map(|(b, f)| {
+            f.as_ref()
+                .filter(|f| f.is_continuous() && b.direction == Direction::In)
+                .and_then(|_| task.precision.probe_bits(b.dtype))
+        })
+        .collect();
+    let shapes = config_shapes(task, cfg, &lens)?;
+    Ok(JobConfig {
+        name: cfg.name.clone(),
+        lens,
+        scalars,
+        fills,
+        regimes,
+        probes,
+        shapes,
+        reference: reference_plans.map_or_else(
+            || ResolvedPlan {
+                launches: Vec::new(),
+                scratch_lens: Vec::new(),
+            },
+            |r| r[k].clone(),
+        ),
+        candidates: p.candidates.iter().map(|s| s.plans[k].clone()).collect(),
+    })
+}
+
+/// The job's buffers and parameters, in the task's parameter order.
+fn job_params(task: &Task) -> (Vec<JobBuffer>, Vec<JobParam>) {
+    let mut buffers = Vec::new();
+    let mut params = Vec::new();
+    for param in &task.params {
+        match param {
+            Param::Buffer {
+                name,
+                direction,
+                dtype,
+                ..
+            } => {
+                params.push(JobParam::Buffer {
+                    buffer: buffers.len(),
+                });
+                buffers.push(JobBuffer {
+                    name: name.clone(),
+                    dtype: *dtype,
+                    direction: *direction,
+                });
+            }
+            Param::Scalar { dtype, .. } => params.push(JobParam::Scalar { dtype: *dtype }),
+        }
+    }
+    (buffers, params)
+}
+
+/// The plans of the reference and of every member must match the configs.
+fn check_plans(
+    p: &JobParts<'_>,
+    reference_plans: Option<&[ResolvedPlan]>,
+) -> Result<(), BuildError> {
+    let timing_config = p.timing_config;
+    if timing_config >= p.configs.len().max(1)
+        || reference_plans.is_some_and(|r| r.len() != p.configs.len())
+    {
+        return Err(BuildError::Reference(format!(
+            "{} configs, {} reference plans, timed config {timing_config}: they must match",
+            p.configs.len(),
+            reference_plans.map_or(0, <[ResolvedPlan]>::len),
+        )));
+    }
+    if let Some((member, side)) = p
+        .candidates
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.plans.len() != p.configs.len())
+    {
+        return Err(BuildError::Candidate {
+            member,
+            reason: format!(
+                "{} plans for {} configs: the pipeline must resolve one per config",
+                side.plans.len(),
+                p.configs.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The regimes config `cfg` (the `k`-th checked) runs.
+fn config_regimes(
+    task: &Task,
+    cfg: &crate::task::InputConfig,
+    k: usize,
+    timing_config: usize,
+) -> Result<Vec<JobRegime>, BuildError> {
+    // A regime runs on the configs it lists, or else on the timed one: a kernel
+    // that is wrong in general fails it there, where its speed would count.
+    task.regimes
+        .iter()
+        .filter(|r| {
+            if r.configs.is_empty() {
+                k == timing_config
+            } else {
+                r.applies_to(&cfg.name)
+            }
+        })
+        .map(|r| {
+            Ok(JobRegime {
+                name: r.name.clone(),
+                fills: fills_of(task, cfg, Some(r))?,
+            })
+        })
+        .collect::<Result<Vec<_>, ValuesError>>()
+        .map_err(|e| BuildError::Reference(e.to_string()))
+}
+
+/// The shape of every buffer of config `cfg` (its length alone when the task gives none).
+fn config_shapes(
+    task: &Task,
+    cfg: &crate::task::InputConfig,
+    lens: &[u64],
+) -> Result<Vec<Vec<u64>>, BuildError> {
+    task.buffers()
+        .zip(lens)
+        .map(|(b, &n)| {
+            if b.shape.is_empty() {
+                return Ok(vec![n]);
+            }
+            b.shape
+                .iter()
+                .map(|d| d.eval_int(&cfg.sizes).map(|v| v.max(0) as u64))
+                .collect::<Result<Vec<u64>, _>>()
+                .map_err(|e| {
+                    BuildError::Reference(format!(
+                        "shape of buffer `{}` in config `{}`: {e}",
+                        b.name, cfg.name
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()
+}
+
 impl ExecJob {
     /// Evaluates everything for the chosen configs.
     pub fn build(p: JobParts<'_>) -> Result<ExecJob, BuildError> {
         let task = p.task;
-        let mut buffers = Vec::new();
-        let mut params = Vec::new();
-        for param in &task.params {
-            match param {
-                Param::Buffer {
-                    name,
-                    direction,
-                    dtype,
-                    ..
-                } => {
-                    params.push(JobParam::Buffer {
-                        buffer: buffers.len(),
-                    });
-                    buffers.push(JobBuffer {
-                        name: name.clone(),
-                        dtype: *dtype,
-                        direction: *direction,
-                    });
-                }
-                Param::Scalar { dtype, .. } => params.push(JobParam::Scalar { dtype: *dtype }),
-            }
-        }
-        let mut configs = Vec::new();
+        let (buffers, params) = job_params(task);
         let timing_config = p.timing_config;
         let reference_plans = match p.reference {
             JobReference::Cuda(side) => Some(side.plans),
             JobReference::Torch(_) => None,
         };
-        if timing_config >= p.configs.len().max(1)
-            || reference_plans.is_some_and(|r| r.len() != p.configs.len())
-        {
-            return Err(BuildError::Reference(format!(
-                "{} configs, {} reference plans, timed config {timing_config}: they must match",
-                p.configs.len(),
-                reference_plans.map_or(0, <[ResolvedPlan]>::len),
-            )));
-        }
-        if let Some((member, side)) = p
-            .candidates
-            .iter()
-            .enumerate()
-            .find(|(_, s)| s.plans.len() != p.configs.len())
-        {
-            return Err(BuildError::Candidate {
-                member,
-                reason: format!(
-                    "{} plans for {} configs: the pipeline must resolve one per config",
-                    side.plans.len(),
-                    p.configs.len()
-                ),
-            });
-        }
-        for (k, &ci) in p.configs.iter().enumerate() {
-            let cfg = task
-                .configs
-                .get(ci)
-                .ok_or_else(|| BuildError::Reference(format!("config index {ci} out of range")))?;
-            let ConfigValues {
-                lens,
-                scalars,
-                fills,
-            } = ConfigValues::of(task, cfg).map_err(|e| BuildError::Reference(e.to_string()))?;
-            // A regime runs on the configs it lists, or else on the timed one: a kernel
-            // that is wrong in general fails it there, where its speed would count.
-            let regimes = task
-                .regimes
-                .iter()
-                .filter(|r| {
-                    if r.configs.is_empty() {
-                        k == timing_config
-                    } else {
-                        r.applies_to(&cfg.name)
-                    }
-                })
-                .map(|r| {
-                    Ok(JobRegime {
-                        name: r.name.clone(),
-                        fills: fills_of(task, cfg, Some(r))?,
-                    })
-                })
-                .collect::<Result<Vec<_>, ValuesError>>()
-                .map_err(|e| BuildError::Reference(e.to_string()))?;
-            // The probe changes low-order bits of continuous float inputs the contract
-            // says must keep them.
-            let probes = task
-                .buffers()
-                .zip(&fills)
-                .map(|(b, f)| {
-                    f.as_ref()
-                        .filter(|f| f.is_continuous() && b.direction == Direction::In)
-                        .and_then(|_| task.precision.probe_bits(b.dtype))
-                })
-                .collect();
-            let shapes = task
-                .buffers()
-                .zip(&lens)
-                .map(|(b, &n)| {
-                    if b.shape.is_empty() {
-                        return Ok(vec![n]);
-                    }
-                    b.shape
-                        .iter()
-                        .map(|d| d.eval_int(&cfg.sizes).map(|v| v.max(0) as u64))
-                        .collect::<Result<Vec<u64>, _>>()
-                        .map_err(|e| {
-                            BuildError::Reference(format!(
-                                "shape of buffer `{}` in config `{}`: {e}",
-                                b.name, cfg.name
-                            ))
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            configs.push(JobConfig {
-                name: cfg.name.clone(),
-                lens,
-                scalars,
-                fills,
-                regimes,
-                probes,
-                shapes,
-                reference: reference_plans.map_or_else(
-                    || ResolvedPlan {
-                        launches: Vec::new(),
-                        scratch_lens: Vec::new(),
-                    },
-                    |r| r[k].clone(),
-                ),
-                candidates: p.candidates.iter().map(|s| s.plans[k].clone()).collect(),
-            });
-        }
+        check_plans(&p, reference_plans)?;
+        let configs = (p.configs.iter().enumerate())
+            .map(|(k, &ci)| job_config(&p, k, ci, reference_plans))
+            .collect::<Result<Vec<_>, _>>()?;
         let timed_value = |e: &Option<crate::expr::Expr>| {
             let c = task.configs.get(*p.configs.get(timing_config)?)?;
             e.as_ref()?.eval_f64(&c.sizes).ok()
@@ -593,7 +640,7 @@ impl ExecJob {
                 .map(|s| JobModule::new(s.candidate, s.module))
                 .collect(),
             tolerance: task.tolerance,
-            seed: p.seed,
+            secret: JobSecret(p.seed),
             timing: p.timing,
             timing_config,
             max_device_bytes: p.max_device_bytes,

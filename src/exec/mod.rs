@@ -19,6 +19,7 @@ mod harness;
 mod job;
 mod report;
 mod runner;
+pub mod secret;
 mod settings;
 mod support;
 mod timed;
@@ -29,10 +30,7 @@ mod values;
 pub use device::{table_bandwidth, table_peak_tflops};
 pub use direct::DirectGpu;
 pub use driver::CudaError;
-pub use executor::{
-    fresh_secret, smallest_gpu_memory, visible_gpus, ExecOptions, Executor, GpuUnavailable,
-};
-pub(crate) use harness::buffer_seed;
+pub use executor::{smallest_gpu_memory, visible_gpus, ExecOptions, Executor, GpuUnavailable};
 pub use harness::GpuHandler;
 pub use job::{
     fills_of, BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam,
@@ -40,5 +38,6 @@ pub use job::{
 };
 pub use report::*;
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply, ZeroRange};
+pub use secret::{fresh_secret, JobSecret};
 pub use settings::{CtxSched, GpuSettings};
 pub use torch::{ReferenceKind, TorchMode, TorchReference};

@@ -5,6 +5,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::job::TimingOptions;
+use super::secret::{domain, JobSecret};
 
 /// Median of a sample (NaN when empty).
 pub fn median(xs: &[f64]) -> f64 {
@@ -66,14 +67,6 @@ pub fn rel_mad(xs: &[f64]) -> f64 {
     }
     let dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
     median(&dev) / m
-}
-
-/// A seed for purpose `domain`, index `i`, derived from a job's secret (splitmix64 steps:
-/// every derived seed is unrelated to the others for anyone without the secret).
-pub fn derive_seed(secret: u64, domain: u64, i: u64) -> u64 {
-    let z =
-        secret ^ domain.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    crate::inputs::mix64(crate::inputs::mix64(z))
 }
 
 /// What the timing loop measured, for [`award`].
@@ -158,26 +151,6 @@ pub fn award(m: &Measured) -> Award {
     }
 }
 
-/// Purposes of derived seeds.
-pub mod domain {
-    /// Input set A of config `k` (index = k).
-    pub const SET_A: u64 = 1;
-    /// Input set B of config `k`.
-    pub const SET_B: u64 = 2;
-    /// Warm-up and timed runs (index = the run).
-    pub const TIMED: u64 = 3;
-    /// Reference calibration runs.
-    pub const CALIBRATION: u64 = 4;
-    /// The schedule's random stream.
-    pub const SCHEDULE: u64 = 5;
-    /// The bootstrap's random stream.
-    pub const BOOTSTRAP: u64 = 6;
-    /// Input regime `r` of config `k` (index = k << 16 | r).
-    pub const REGIME: u64 = 7;
-    /// The precision probe's input sets of config `k`.
-    pub const PROBE: u64 = 8;
-}
-
 /// The timing loop's counts for one job, drawn from its secret: a candidate that counts
 /// its launches cannot tell warm-up from timed runs or where a batch ends (and every run is
 /// checked anyway).
@@ -194,8 +167,8 @@ pub struct Schedule {
 
 impl Schedule {
     /// The schedule of the job with this secret.
-    pub fn new(secret: u64, opts: &TimingOptions) -> Schedule {
-        let mut rng = SmallRng::seed_from_u64(derive_seed(secret, domain::SCHEDULE, 0));
+    pub fn new(secret: JobSecret, opts: &TimingOptions) -> Schedule {
+        let mut rng = SmallRng::seed_from_u64(secret.derive(domain::SCHEDULE, 0));
         let w = opts.warmup.max(1);
         let warmup = rng.random_range((w / 2).max(1)..=(w * 3 / 2).max(1));
         let m = opts.min_reps.max(2);
@@ -308,15 +281,10 @@ mod tests {
     }
 
     #[test]
-    fn spreads_and_seeds() {
+    fn spreads() {
         assert_eq!(rel_mad(&[10.0, 10.0, 10.0]), 0.0);
         assert!((rel_mad(&[9.0, 10.0, 11.0]) - 0.1).abs() < 1e-12);
         assert_eq!(rel_mad(&[]), 0.0);
-        let a = derive_seed(7, domain::TIMED, 0);
-        assert_ne!(a, derive_seed(7, domain::TIMED, 1));
-        assert_ne!(a, derive_seed(8, domain::TIMED, 0));
-        assert_ne!(a, derive_seed(7, domain::SET_A, 0));
-        assert_eq!(a, derive_seed(7, domain::TIMED, 0));
     }
 
     #[test]
@@ -325,7 +293,7 @@ mod tests {
         let mut warmups = std::collections::BTreeSet::new();
         let mut mins = std::collections::BTreeSet::new();
         for secret in 0..200u64 {
-            let mut s = Schedule::new(secret, &o);
+            let mut s = Schedule::new(JobSecret(secret), &o);
             assert!((2..=6).contains(&s.warmup), "{}", s.warmup);
             assert!((10..=15).contains(&s.min_reps), "{}", s.min_reps);
             for _ in 0..20 {

@@ -308,7 +308,7 @@ impl GpuState {
                 reference,
                 candidates: chunk,
                 timing_config: plan.timed,
-                seed: executor.seed(),
+                seed: executor.secret().0,
                 timing: with_timing.then_some(self.options.timing),
                 max_device_bytes: self.options.max_device_bytes,
                 bandwidth_gbps: self.options.bandwidth_gbps,
