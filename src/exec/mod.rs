@@ -3,8 +3,8 @@
 //!
 //! Everything that touches the GPU happens in worker processes; the parent only builds
 //! [`ExecJob`]s (every expression evaluated) and reads back [`ExecResult`]s. A GPU job goes
-//! to a `gpu` worker (the [harness](GpuHandler)), which runs the reference and the candidate
-//! in two `runner` processes of their own ([`RunnerHandler`]) so that neither can address
+//! to a `gpu` worker (the harness, `GpuHandler`), which runs the reference and the candidate
+//! in two `runner` processes of their own (`RunnerHandler`) so that neither can address
 //! the other's memory or the harness's (timing protocol v2, [`PROTOCOL_VERSION`]). Without a
 //! driver or GPU, [`Executor::new`] says why and the stages report `Unavailable`.
 
@@ -31,13 +31,16 @@ pub use device::{table_bandwidth, table_peak_tflops};
 pub use direct::DirectGpu;
 pub use driver::CudaError;
 pub use executor::{smallest_gpu_memory, visible_gpus, ExecOptions, Executor, GpuUnavailable};
-pub use harness::GpuHandler;
+pub(crate) use harness::GpuHandler;
 pub use job::{
     fills_of, BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam,
     JobParts, JobReference, JobRegime, JobSide, TimingOptions, ValuesError, JOB_HEADROOM_MS,
 };
 pub use report::*;
-pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerHandler, RunnerReply, ZeroRange};
+pub(crate) use runner::RunnerHandler;
+/// The runner worker's wire messages (public for the worker protocol's tests only).
+#[doc(hidden)]
+pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerReply, ZeroRange};
 pub use secret::{fresh_secret, JobSecret};
 pub use settings::{CtxSched, GpuSettings};
 pub use torch::{ReferenceKind, TorchMode, TorchReference};
