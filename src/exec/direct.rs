@@ -18,16 +18,23 @@ pub struct DirectGpu {
     name: String,
 }
 
+/// Why a direct GPU call failed (no device, a driver call, a reference that does not run),
+/// in words that name the step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DirectGpuError(pub String);
+
 impl DirectGpu {
     /// Opens the first visible GPU, its context waiting as the driver chooses; the error says
     /// why there is none.
-    pub fn open() -> Result<DirectGpu, String> {
+    pub fn open() -> Result<DirectGpu, DirectGpuError> {
         DirectGpu::open_with(super::CtxSched::Auto)
     }
 
     /// Opens the first visible GPU, its context waiting for the GPU as `sched` says.
-    pub fn open_with(sched: super::CtxSched) -> Result<DirectGpu, String> {
-        let (gpu, info, _, support, arch) = super::support::open_gpu(sched)?;
+    pub fn open_with(sched: super::CtxSched) -> Result<DirectGpu, DirectGpuError> {
+        let (gpu, info, _, support, arch) =
+            super::support::open_gpu(sched).map_err(DirectGpuError)?;
         Ok(DirectGpu {
             gpu,
             support,
@@ -53,7 +60,12 @@ impl DirectGpu {
         n: u64,
         seed: u64,
         fill: &Fill,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, DirectGpuError> {
+        self.fill_bytes(dtype, n, seed, fill)
+            .map_err(DirectGpuError)
+    }
+
+    fn fill_bytes(&self, dtype: DType, n: u64, seed: u64, fill: &Fill) -> Result<Vec<u8>, String> {
         let bytes = (n * dtype.size_bytes()) as usize;
         let buf = self
             .gpu
@@ -72,6 +84,16 @@ impl DirectGpu {
     /// bytes for `in` / `inout`, `None` for `out`, which start poisoned as in the protocol);
     /// returns every ABI buffer's bytes afterwards.
     pub fn run_reference(
+        &self,
+        job: &ExecJob,
+        config: usize,
+        inputs: &[Option<Vec<u8>>],
+    ) -> Result<Vec<Vec<u8>>, DirectGpuError> {
+        self.run_reference_bytes(job, config, inputs)
+            .map_err(DirectGpuError)
+    }
+
+    fn run_reference_bytes(
         &self,
         job: &ExecJob,
         config: usize,

@@ -28,7 +28,7 @@ pub mod torch;
 mod values;
 
 pub use device::{table_bandwidth, table_peak_tflops};
-pub use direct::DirectGpu;
+pub use direct::{DirectGpu, DirectGpuError};
 pub use driver::CudaError;
 pub use executor::{smallest_gpu_memory, visible_gpus, ExecOptions, Executor, GpuUnavailable};
 pub(crate) use harness::GpuHandler;

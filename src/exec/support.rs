@@ -197,7 +197,7 @@ impl Support {
     }
 
     /// Compiles and loads the harness kernels for `arch` (e.g. `sm_90`).
-    pub fn load(gpu: &Gpu, arch: &str, sms: i32) -> Result<Support, String> {
+    pub(crate) fn load(gpu: &Gpu, arch: &str, sms: i32) -> Result<Support, String> {
         let cubin = Support::compile(arch)?;
         let module = gpu
             .load_module(&cubin, "harness kernels")

@@ -267,7 +267,9 @@ fn reference_outputs(
         member_budget_ms: 0,
     })
     .map_err(|e| e.to_string())?;
-    g.gpu.run_reference(&job, 0, &inputs.buffers)
+    g.gpu
+        .run_reference(&job, 0, &inputs.buffers)
+        .map_err(|e| e.to_string())
 }
 
 /// One input set the original ran on: the config (index into `task.configs`), the
@@ -618,7 +620,8 @@ fn compare_side(
         let (name, dtype, _) = &bufs[i];
         let dev = g
             .gpu
-            .device_fill(*dtype, inputs.values.lens[i], buffer_seed(seed, i), f)?;
+            .device_fill(*dtype, inputs.values.lens[i], buffer_seed(seed, i), f)
+            .map_err(|e| e.to_string())?;
         let w = dtype.size_bytes() as usize;
         let differing = dev
             .chunks(w)

@@ -89,7 +89,7 @@ pub enum Error {
     },
     /// No usable GPU for `--gpu`.
     #[error("--gpu: {0}")]
-    Gpu(String),
+    Gpu(#[from] cudaperf::exec::DirectGpuError),
     /// The compiler for the references could not be set up.
     #[error(transparent)]
     Compiler(#[from] CompilerError),
@@ -204,7 +204,7 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
         }
     }
     let device = if a.gpu {
-        Some(DirectGpu::open().map_err(Error::Gpu)?)
+        Some(DirectGpu::open()?)
     } else {
         None
     };

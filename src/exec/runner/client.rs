@@ -53,7 +53,7 @@ pub(crate) enum BufferShare {
 
 impl RunnerClient {
     /// A runner started from this executable, in its own process.
-    pub fn new(what: &str) -> Result<RunnerClient, String> {
+    pub(crate) fn new(what: &str) -> Result<RunnerClient, String> {
         let exe = std::env::current_exe()
             .map_err(|e| format!("cannot find this executable to start the {what} runner: {e}"))?;
         let mut spec: WorkerSpec =
@@ -82,7 +82,7 @@ impl RunnerClient {
     /// A PyTorch reference runner: `python` running the crate's `torch_runner.py`. Its
     /// buffers are mapped through legacy CUDA IPC (the harness's own kernels are a little
     /// slower on them; the forward is not).
-    pub fn torch(python: &std::path::Path) -> Result<RunnerClient, String> {
+    pub(crate) fn torch(python: &std::path::Path) -> Result<RunnerClient, String> {
         let script = crate::exec::torch::runner_script()
             .map_err(|e| format!("cannot write the PyTorch runner script: {e}"))?;
         let spec = WorkerSpec {
