@@ -14,20 +14,12 @@ use cudaperf::reward::{EvalOptions, Evaluation, Evaluator, Stage, Submission, Ve
 use cudaperf::task::import::{import_problems, ImportOptions};
 use cudaperf::task::{Task, TaskLimits};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+mod common;
+
+use common::{manifest_dir as root, torch_python as python};
 
 fn worker() -> Option<PathBuf> {
-    std::env::var_os("CUDAPERF_WORKER")
-        .map(PathBuf::from)
-        .or_else(|| Some(PathBuf::from(env!("CARGO_BIN_EXE_cudaperf"))))
-}
-
-fn python() -> PathBuf {
-    std::env::var_os("CUDAPERF_TORCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("python3"))
+    Some(common::cudaperf_bin())
 }
 
 fn evaluator(torch: Option<TorchMode>) -> Evaluator {

@@ -35,12 +35,7 @@ fn py_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// The Python with PyTorch the tests use.
-fn python() -> PathBuf {
-    std::env::var_os("CUDAPERF_TORCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("python3"))
-}
+use common::torch_python as python;
 
 /// Import options with that Python.
 fn options() -> ImportOptions {

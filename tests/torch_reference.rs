@@ -4,7 +4,7 @@
 //! carries the original and every buffer's shape per config, and no CUDA module. The GPU
 //! side (imported problems scored against eager) is in tests/gpu.rs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -16,16 +16,9 @@ use cudaperf::sandbox::protocol::PROTOCOL_VERSION;
 use cudaperf::sandbox::{JobOutcome, Pool, WorkerSpec};
 use cudaperf::task::Task;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+mod common;
 
-/// The Python with PyTorch the tests use (`$CUDAPERF_TORCH_PYTHON`, else `python3`).
-fn python() -> PathBuf {
-    std::env::var_os("CUDAPERF_TORCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("python3"))
-}
+use common::{manifest_dir as root, torch_python as python};
 
 fn has_torch(python: &Path) -> bool {
     Command::new(python)

@@ -167,6 +167,13 @@ class Side:
                          f"{raw.numel()} allocated")
         return raw[: (raw.numel() // size) * size].view(dt)[:n].view(shape)
 
+    def forward(self, ins):
+        """The original's forward on `ins`, its outputs as a tuple; its failure is Broken."""
+        try:
+            return as_tuple(self.fn(*ins))
+        except Exception as e:
+            raise Broken(f"the original's forward failed: {type(e).__name__}: {e}")
+
     def run(self, shapes, flush_bytes, flush_value):
         torch = self.torch
         if self.fn is None:
@@ -189,10 +196,7 @@ class Side:
             # interleaved). The L2 flush after it still starts the timed forward cold on
             # the GPU, as every side's timed run does.
             with torch.no_grad():
-                try:
-                    self.fn(*ins)
-                except Exception as e:
-                    raise Broken(f"the original's forward failed: {type(e).__name__}: {e}")
+                self.forward(ins)
         if cuda and flush_bytes > 0:
             words = flush_bytes // 4
             if self.flush is None or self.flush.numel() != words:
@@ -209,10 +213,7 @@ class Side:
                 start, end = self.events
                 start.record()
             t0 = time.perf_counter()
-            try:
-                res = as_tuple(self.fn(*ins))
-            except Exception as e:
-                raise Broken(f"the original's forward failed: {type(e).__name__}: {e}")
+            res = self.forward(ins)
             if cuda:
                 end.record()
                 end.synchronize()

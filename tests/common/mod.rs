@@ -31,6 +31,13 @@ pub fn cudaperf_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cudaperf")))
 }
 
+/// The Python with PyTorch the tests use: `$CUDAPERF_TORCH_PYTHON`, else `python3`.
+pub fn torch_python() -> PathBuf {
+    std::env::var_os("CUDAPERF_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
 /// A `cudaperf` command run from the crate root.
 pub fn cli() -> Command {
     let mut c = Command::new(cudaperf_bin());
