@@ -34,7 +34,7 @@ impl Reward for FewRegisters {
             .stages
             .compile
             .as_ref()
-            .and_then(|c| c.kernels.iter().map(|k| k.registers).max());
+            .and_then(|c| c.kernels().iter().map(|k| k.registers).max());
         Ok(most.map_or(0.0, |r| 1.0 - f64::from(r.min(255)) / 255.0))
     }
 }

@@ -433,7 +433,7 @@ fn refresh_static(path: &Path, out: &Path, fixtures: &Path, model: &Path) -> Res
             let r = &mut rows[i];
             let fresh = table::slim(e.stages);
             r.structure = fresh.structure.as_ref().map(|s| s.score);
-            let rk = fresh.ranker.as_ref().filter(|k| k.error.is_none());
+            let rk = fresh.ranker.as_ref().and_then(|k| k.scores());
             r.ranker_margin = rk.map(|k| k.candidate_score - k.reference_score);
             r.ranker_prob = rk.map(|k| k.prob_faster);
             r.stages.structure = fresh.structure;
@@ -470,7 +470,7 @@ fn refresh_ranker(path: &Path, out: &Path, fixtures: &Path, model: &Path) -> Res
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = rows.len().div_ceil(threads).max(1);
     let scorer = &scorer;
-    let stages: Vec<Result<cudaperf::reward::RankerStage, String>> = std::thread::scope(|s| {
+    let stages: Vec<Result<cudaperf::reward::RankerScores, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = rows
             .chunks(chunk)
             .map(|part| s.spawn(move || part.iter().map(|r| scorer.stage(r)).collect::<Vec<_>>()))

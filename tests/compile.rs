@@ -47,7 +47,7 @@ fn vector_add_reference_compiles_sandboxed() {
     assert!(m.kernels[0].registers > 0, "{:?}", m.kernels[0]);
     assert_eq!(m.kernels[0].spill_store_bytes, 0);
     let stage = compile_stage_of(&out, "sm_90", Isolation::Sandboxed);
-    assert!(stage.ok && stage.status == CompileStatus::Compiled && !stage.cached);
+    assert!(stage.is_compiled() && stage.status() == CompileStatus::Compiled && !stage.cached());
     assert_eq!(compiler.worker(), Some(common::cudaperf_bin().as_path()));
 }
 
@@ -330,7 +330,7 @@ fn slow_compile_times_out_and_the_worker_is_replaced() {
     assert_eq!(out, CompileOutcome::Timeout { limit_ms: 1500 });
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
     assert_eq!(
-        compile_stage_of(&out, "sm_90", Isolation::Sandboxed).status,
+        compile_stage_of(&out, "sm_90", Isolation::Sandboxed).status(),
         CompileStatus::Timeout
     );
     let ok = compiler.compile(

@@ -213,7 +213,11 @@ fn gpu_stages_are_unavailable_without_a_gpu() {
     ] {
         match r.score(&ctx, &sub) {
             Err(RewardError::Unavailable { report, .. }) => {
-                assert!(report.stages.compile.as_ref().is_some_and(|c| c.ok))
+                assert!(report
+                    .stages
+                    .compile
+                    .as_ref()
+                    .is_some_and(|c| c.is_compiled()))
             }
             other => panic!("expected Unavailable, got {other:?}"),
         }
@@ -275,8 +279,8 @@ fn groups_scored_together_match_groups_scored_alone() {
         for (got, want) in evals.iter().zip(&want) {
             assert_eq!(got.verdict(), want.verdict(), "{}", task.id);
             assert_eq!(
-                got.stages.compile.as_ref().map(|c| c.ok),
-                want.stages.compile.as_ref().map(|c| c.ok)
+                got.stages.compile.as_ref().map(|c| c.is_compiled()),
+                want.stages.compile.as_ref().map(|c| c.is_compiled())
             );
         }
     }

@@ -588,7 +588,7 @@ fn candidate_failures_are_scored() {
     }
     let hang = find_c(CompileFault::CandidateHang, Cand::Marker).unwrap();
     assert_eq!(
-        hang.report.stages.compile.as_ref().unwrap().status,
+        hang.report.stages.compile.as_ref().unwrap().status(),
         CompileStatus::Timeout
     );
     // The worker that died once: the retry compiled the candidate.
@@ -599,7 +599,7 @@ fn candidate_failures_are_scored() {
         .unwrap();
     let eval = once.3.eval();
     assert!(
-        eval.stages.compile.as_ref().unwrap().ok,
+        eval.stages.compile.as_ref().unwrap().is_compiled(),
         "{:?}",
         eval.stages.compile
     );
@@ -644,9 +644,9 @@ fn compile_infrastructure_faults_are_unavailable_with_a_reason() {
         }
         let eval = sub.eval();
         let c = eval.stages.compile.as_ref().expect("compile stage");
-        let reason = c.reason.clone().unwrap_or_default();
+        let reason = c.reason().unwrap_or_default().to_string();
         assert_eq!(
-            c.status,
+            c.status(),
             CompileStatus::Unavailable,
             "{fault:?}/{cand:?}: {c:?}"
         );

@@ -107,7 +107,7 @@ fn every_gap_compiles_and_carries_no_syntax_penalty() {
             evaluator().evaluate(&task, &Submission::from_source(src.clone()), Stage::Ranker);
         let compile = eval.stages.compile.as_ref().expect("compile ran");
         assert!(
-            compile.ok,
+            compile.is_compiled(),
             "{name}: NVRTC must accept the corpus: {compile:?}"
         );
         let syntax = eval.stages.syntax.as_ref().expect("syntax ran");
@@ -158,7 +158,10 @@ fn real_syntax_errors_next_to_gaps_are_still_penalised() {
         let broken = format!("{}{broken_line}\n{}", &src[..at], &src[at..]);
         let eval = evaluator().evaluate(&task, &Submission::from_source(broken), Stage::Ranker);
         let compile = eval.stages.compile.as_ref().expect("compile ran");
-        assert!(!compile.ok, "{name}: must not compile: {compile:?}");
+        assert!(
+            !compile.is_compiled(),
+            "{name}: must not compile: {compile:?}"
+        );
         let syntax = eval.stages.syntax.as_ref().expect("syntax ran");
         assert!(!syntax.ok, "{name}: {syntax:?}");
         assert!(syntax.error_nodes + syntax.missing_nodes > 0, "{name}");

@@ -365,22 +365,30 @@ fn only_torch_originals_can_be_the_reference() {
     // is no preference (0), not a missing number that would make the whole reward
     // unavailable (the H200 run of 2026-12-02 found `cudaperf` unavailable on every imported
     // task); on a CUDA-reference task a ranker that could not score is still unavailable.
-    use cudaperf::reward::{Context, EvalOptions, Evaluation, Evaluator, RankerReward, Reward};
+    use cudaperf::reward::{
+        Context, EvalOptions, Evaluation, Evaluator, RankerReward, RankerStage, Reward, Stage,
+        Submission,
+    };
     let evaluator = Evaluator::new(EvalOptions::default()).unwrap();
-    let failed = Evaluation::from_stages(cudaperf::reward::Stages {
-        ranker: Some(cudaperf::reward::RankerStage {
-            candidate_score: f64::NAN,
-            reference_score: f64::NAN,
-            prob_faster: f64::NAN,
-            model: "<shipped ranker>".into(),
-            error: Some("no CUDA reference to compare with".into()),
-            uncertainty: None,
-            out_of_range: None,
-        }),
-        ..Default::default()
-    });
+    let sub = Submission::from_source(
+        "// @launch t grid=(1) block=(32)\n\
+         extern \"C\" __global__ void t(const float* x, float* y, int n) { y[0] = x[0]; }\n",
+    );
+    let eval = evaluator.evaluate(&t, &sub, Stage::Ranker);
+    assert!(
+        matches!(eval.stages.ranker, Some(RankerStage::NotApplicable { .. })),
+        "{:?}",
+        eval.stages.ranker
+    );
     let ctx = Context::new(&t, &evaluator);
-    assert_eq!(RankerReward.value(&ctx, &failed).unwrap(), 0.0);
+    assert_eq!(RankerReward.value(&ctx, &eval).unwrap(), 0.0);
+    let failed = Evaluation::from_stages(cudaperf::reward::Stages {
+        ranker: Some(RankerStage::Failed {
+            model: "<shipped ranker>".into(),
+            error: "the model cannot be read".into(),
+        }),
+        ..eval.stages.clone()
+    });
     let cuda = Task::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tasks/vector_add"))
         .unwrap();
     assert!(RankerReward

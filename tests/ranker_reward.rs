@@ -75,8 +75,8 @@ fn embedded_model_is_the_shipped_folder() {
         Stage::Ranker,
     );
     let r = eval.stages.ranker.expect("ranker stage");
-    assert_eq!(r.model, cudaperf::ranker::SHIPPED_ORIGIN);
-    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(r.model(), cudaperf::ranker::SHIPPED_ORIGIN);
+    assert!(r.error().is_none(), "{r:?}");
 }
 
 /// Without a readable model the ranker stage says why and the reward is Unavailable, not a
@@ -95,7 +95,12 @@ fn missing_model_is_unavailable() {
     let err = RankerReward.score(&ctx, &sub).expect_err("no model");
     assert!(err.to_string().contains("ranker"), "{err}");
     let eval = ctx.evaluate(&sub, Stage::Ranker);
-    assert!(eval.stages.ranker.and_then(|r| r.error).is_some());
+    assert!(eval
+        .stages
+        .ranker
+        .as_ref()
+        .and_then(|r| r.error())
+        .is_some());
 }
 
 /// The real pipeline: ranking data from the dataset and timings, a short training run, and a
@@ -177,7 +182,8 @@ fn pipeline_scores_with_launch_features() {
     let err = eval
         .stages
         .ranker
-        .and_then(|r| r.error)
+        .as_ref()
+        .and_then(|r| r.error())
         .expect("ranker error");
     assert!(err.contains("launch-plan"), "{err}");
     assert!(RankerReward

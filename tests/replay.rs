@@ -131,8 +131,9 @@ fn ranker_columns_are_the_held_out_rankers() {
         for (r, e) in picked.iter().zip(evals) {
             let fast = scorer.stage(r).unwrap();
             let stored = r.stages.ranker.as_ref().unwrap();
-            let pipeline = e.stages.ranker.unwrap();
-            assert_eq!(stored.model, "fixtures/models/ranker-heldout-rl");
+            let pipeline = e.stages.ranker.as_ref().and_then(|s| s.scores()).unwrap();
+            assert_eq!(stored.model(), "fixtures/models/ranker-heldout-rl");
+            let stored = stored.scores().unwrap();
             for (a, b) in [
                 (fast.candidate_score, pipeline.candidate_score),
                 (fast.reference_score, pipeline.reference_score),

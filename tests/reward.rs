@@ -10,7 +10,7 @@ use cudaperf::compile::{CompiledModule, Isolation, Resources};
 use cudaperf::exec::{CorrectnessStage, ExecStatus, ExecuteStage, TimingStage};
 use cudaperf::reward::presets::{self, CudaPerfWeights, DhrclSchedule};
 use cudaperf::reward::{
-    Clip, CompileStage, CompileStatus, Context, EvalOptions, Evaluation, Evaluator,
+    Clip, CompileEnd, CompileStage, CompileStatus, Context, EvalOptions, Evaluation, Evaluator,
     ExtractErrorKind, ExtractStage, Gate, Map, Result, Reward, RewardError, RooflineReward,
     SpeedupReward, Stage, Staged, Submission, SyntaxStage, Weighted,
 };
@@ -194,21 +194,31 @@ fn syntax(errors: u32) -> SyntaxStage {
 }
 
 fn compile_stage(status: CompileStatus) -> CompileStage {
+    compile_stage_why(status, "")
+}
+
+fn compile_stage_why(status: CompileStatus, reason: &str) -> CompileStage {
+    let reason = reason.to_string();
+    let end = match status {
+        CompileStatus::Compiled => CompileEnd::Compiled {
+            kernels: vec![Resources {
+                name: "vector_add".into(),
+                registers: 12,
+                ..Resources::default()
+            }],
+            cached: false,
+        },
+        CompileStatus::Error => CompileEnd::Error { cached: false },
+        CompileStatus::Rejected => CompileEnd::Rejected { reason },
+        CompileStatus::Timeout => CompileEnd::Timeout { reason },
+        _ => CompileEnd::Unavailable { reason },
+    };
     CompileStage {
-        ok: status == CompileStatus::Compiled,
-        status,
+        end,
         log: String::new(),
-        kernels: vec![Resources {
-            name: "vector_add".into(),
-            registers: 12,
-            ..Resources::default()
-        }],
-        cached: false,
         millis: 30.0,
         arch: "sm_90".into(),
-        sandboxed: true,
         isolation: Isolation::Sandboxed,
-        reason: None,
     }
 }
 
@@ -254,16 +264,16 @@ fn timing(speedup: f64, implausible: bool) -> TimingStage {
 fn evaluation(o: Outcome) -> Evaluation {
     let mut e = Evaluation::default();
     let extracted = !matches!(o, Outcome::NotExtracted { .. });
-    e.stages.extract = ExtractStage {
-        ok: extracted,
-        error_kind: (!extracted).then_some(ExtractErrorKind::NoLaunchPlan),
-        error: None,
-        kernels: if extracted {
-            vec!["vector_add".into()]
-        } else {
-            Vec::new()
-        },
-        launches: usize::from(extracted),
+    e.stages.extract = if extracted {
+        ExtractStage::Extracted {
+            kernels: vec!["vector_add".into()],
+            launches: 1,
+        }
+    } else {
+        ExtractStage::Failed {
+            kind: ExtractErrorKind::NoLaunchPlan,
+            error: String::new(),
+        }
     };
     let syntax_errors = match o {
         Outcome::NotExtracted { syntax_errors } | Outcome::CompileError { syntax_errors } => {
@@ -728,7 +738,7 @@ fn a_compile_worker_that_fails_then_works_rescores_the_same_completion() {
     // cache hit (`cached` would be true).
     let again = CompileReward.score(&ctx, &sub).expect("remembered");
     assert_eq!(again.report.stages.compile, s.report.stages.compile);
-    assert!(!again.report.stages.compile.as_ref().unwrap().cached);
+    assert!(!again.report.stages.compile.as_ref().unwrap().cached());
 }
 
 /// The same for the GPU stages: a GPU worker that cannot start makes the unified reward
@@ -863,10 +873,10 @@ fn our_failures() -> Vec<(&'static str, Evaluation, Stage)> {
         })
     };
     let mut no_compiler = correct();
-    no_compiler.stages.compile = Some(CompileStage {
-        reason: Some("cannot start worker `/nowhere/cudaperf`".into()),
-        ..compile_stage(CompileStatus::Unavailable)
-    });
+    no_compiler.stages.compile = Some(compile_stage_why(
+        CompileStatus::Unavailable,
+        "cannot start worker `/nowhere/cudaperf`",
+    ));
     no_compiler.module = None;
     no_compiler.stages.execute = None;
     no_compiler.stages.correctness = None;
@@ -965,14 +975,9 @@ fn require_refuses_stages_missing_for_our_reasons() {
         speedup: 2.0,
         implausible: false,
     });
-    no_model.stages.ranker = Some(cudaperf::reward::RankerStage {
-        candidate_score: f64::NAN,
-        reference_score: f64::NAN,
-        prob_faster: f64::NAN,
+    no_model.stages.ranker = Some(cudaperf::reward::RankerStage::Failed {
         model: "/nowhere/model".into(),
-        error: Some("cannot read /nowhere/model/config.json".into()),
-        uncertainty: None,
-        out_of_range: None,
+        error: "cannot read /nowhere/model/config.json".into(),
     });
     let err = require(&MyPassRate, &no_model, Stage::Ranker).unwrap_err();
     assert!(err.to_string().contains("`Ranker` is unavailable"), "{err}");

@@ -365,15 +365,21 @@ fn every_program_compiles_or_fails_as_intended() {
         for (p, e) in programs.iter().zip(&evals) {
             let what = format!("{} {}", spec.id, programs::describe(spec.family, &p.choice));
             assert!(
-                e.stages.extract.ok,
+                e.stages.extract.is_ok(),
                 "{what}: {:?}\n{}",
-                e.stages.extract.error, p.source
+                e.stages.extract.error(),
+                p.source
             );
             let compile = e.stages.compile.as_ref().expect("compile stage");
             let status = e.stages.execute.as_ref().map(|x| x.status.clone());
             match &p.expect {
                 Expect::Runs { risk } => {
-                    assert!(compile.ok, "{what}: {}\n{}", compile.log, p.source);
+                    assert!(
+                        compile.is_compiled(),
+                        "{what}: {}\n{}",
+                        compile.log,
+                        p.source
+                    );
                     assert!(
                         matches!(status, Some(cudaperf::exec::ExecStatus::Unavailable { .. })),
                         "{what}: {status:?}"
@@ -385,14 +391,14 @@ fn every_program_compiles_or_fails_as_intended() {
                 }
                 Expect::CompileError(text) => {
                     assert!(
-                        !compile.ok && compile.log.contains(text),
+                        !compile.is_compiled() && compile.log.contains(text),
                         "{what}: {}",
                         compile.log
                     );
                     compile_errors += 1;
                 }
                 Expect::InvalidLaunch(text) => {
-                    assert!(compile.ok, "{what}: {}", compile.log);
+                    assert!(compile.is_compiled(), "{what}: {}", compile.log);
                     match status {
                         Some(cudaperf::exec::ExecStatus::InvalidLaunch { reason }) => {
                             assert!(reason.contains(text), "{what}: {reason}")

@@ -117,7 +117,7 @@ impl State {
 pub fn report_features(r: &RewardReport) -> [f32; REPORT_FEATURES] {
     let s = &r.stages;
     let mut f = [0.0f32; REPORT_FEATURES];
-    let compiled = s.extract.ok && s.compile.as_ref().is_some_and(|c| c.ok);
+    let compiled = s.extract.is_ok() && s.compile.as_ref().is_some_and(|c| c.is_compiled());
     let status = s.execute.as_ref().map(|e| e.status.name()).unwrap_or("");
     f[0] = f32::from(!compiled);
     f[1] = f32::from(
@@ -161,13 +161,13 @@ pub fn report_features(r: &RewardReport) -> [f32; REPORT_FEATURES] {
                 > 0,
         );
     }
-    if let Some(k) = &s.ranker {
+    if let Some(k) = s.ranker.as_ref().and_then(|k| k.scores()) {
         if k.prob_faster.is_finite() {
             f[7] = (2.0 * k.prob_faster - 1.0) as f32;
         }
     }
     if let Some(c) = &s.compile {
-        f[12] = f32::from(c.kernels.iter().any(|k| k.spill_store_bytes > 0));
+        f[12] = f32::from(c.kernels().iter().any(|k| k.spill_store_bytes > 0));
     }
     if r.value.is_finite() {
         f[13] = (r.value.clamp(-1.0, 3.0) / 3.0) as f32;

@@ -51,10 +51,10 @@ impl StaticReward {
 
     fn parts(&self, eval: &Evaluation) -> (f64, f64, f64) {
         let s = &eval.stages;
-        if !s.extract.ok {
+        if !s.extract.is_ok() {
             return (-1.0, 0.0, 0.0);
         }
-        if !s.compile.as_ref().is_some_and(|c| c.ok) {
+        if !s.compile.as_ref().is_some_and(|c| c.is_compiled()) {
             return (-0.75, 0.0, 0.0);
         }
         if let Some(ExecStatus::InvalidLaunch { .. }) = s.execute.as_ref().map(|e| &e.status) {
@@ -67,7 +67,8 @@ impl StaticReward {
         let rank = s
             .ranker
             .as_ref()
-            .filter(|r| r.error.is_none() && r.prob_faster.is_finite())
+            .and_then(|r| r.scores())
+            .filter(|r| r.prob_faster.is_finite())
             .map_or(0.0, |r| 2.0 * r.prob_faster - 1.0);
         (0.5, structure, rank)
     }
@@ -87,12 +88,12 @@ impl Reward for StaticReward {
             .stages
             .compile
             .as_ref()
-            .filter(|c| c.status == cudaperf::pipeline::CompileStatus::Unavailable)
+            .filter(|c| c.status() == cudaperf::pipeline::CompileStatus::Unavailable)
         {
             return Err(RewardError::Unavailable {
                 reward: self.name(),
                 stage: Stage::Compile,
-                reason: c.reason.clone().unwrap_or_default(),
+                reason: c.reason().unwrap_or_default().to_string(),
                 report: Box::new(RewardReport {
                     value: f64::NAN,
                     reward: self.name(),

@@ -117,10 +117,10 @@ pub struct Metrics {
 /// `incorrect`, `correct`, `not_run` (GPU stages unavailable), `reference_failed`.
 pub fn verdict(r: &RewardReport) -> &'static str {
     let s = &r.stages;
-    if !s.extract.ok {
+    if !s.extract.is_ok() {
         return "extract_error";
     }
-    if !s.compile.as_ref().is_some_and(|c| c.ok) {
+    if !s.compile.as_ref().is_some_and(|c| c.is_compiled()) {
         return "compile_error";
     }
     if let Some(c) = &s.correctness {
@@ -175,7 +175,7 @@ pub fn metrics<'a>(reports: impl IntoIterator<Item = &'a RewardReport>) -> Metri
     let speeds: Vec<f64> = reports.iter().filter_map(|r| speedup(r)).collect();
     let structure: Vec<f64> = reports
         .iter()
-        .filter(|r| r.stages.compile.as_ref().is_some_and(|c| c.ok))
+        .filter(|r| r.stages.compile.as_ref().is_some_and(|c| c.is_compiled()))
         .filter_map(|r| r.stages.structure.as_ref().map(|s| s.score))
         .collect();
     Metrics {

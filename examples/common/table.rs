@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use cudaperf::reward::{Evaluation, Stages, Verdict};
+use cudaperf::reward::{Evaluation, RankerScores, RankerStage, Stages, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::space;
@@ -98,7 +98,7 @@ pub fn row_from(
     stages: Stages,
 ) -> Row {
     let t = stages.timing.as_ref();
-    let r = stages.ranker.as_ref().filter(|r| r.error.is_none());
+    let r = stages.ranker.as_ref().and_then(RankerStage::scores);
     Row {
         task: task.id.to_string(),
         knobs: d.choices[0].clone(),
@@ -394,7 +394,7 @@ impl RankerScorer {
 
     /// The ranker stage of a row (its program rendered again from its knobs; an error if it
     /// no longer renders the row's hash, or its task was not added).
-    pub fn stage(&self, r: &Row) -> Result<cudaperf::reward::RankerStage, String> {
+    pub fn stage(&self, r: &Row) -> Result<RankerScores, String> {
         let t = space::task(&r.task).ok_or_else(|| format!("row of unknown task `{}`", r.task))?;
         let src = t.render(&r.knobs).map_err(|e| e.to_string())?;
         if space::source_hash(&src) != r.hash {
@@ -412,12 +412,11 @@ impl RankerScorer {
         let (f, cand) = self.member_scores(task, &src, "the candidate")?;
         let verdict = self.ranker.compare_scores(&cand, reference, Some(&f));
         let mean = |v: &[f32]| f64::from(v.iter().sum::<f32>()) / v.len().max(1) as f64;
-        Ok(cudaperf::reward::RankerStage {
+        Ok(RankerScores {
             candidate_score: mean(&cand),
             reference_score: mean(reference),
             prob_faster: f64::from(verdict.prob_faster),
             model: self.origin.clone(),
-            error: None,
             uncertainty: Some(f64::from(verdict.uncertainty)),
             out_of_range: Some(f64::from(verdict.out_of_range)),
         })
@@ -425,10 +424,10 @@ impl RankerScorer {
 }
 
 /// Replaces a row's ranker columns and stage.
-pub fn set_ranker(r: &mut Row, stage: cudaperf::reward::RankerStage) {
-    r.ranker_margin = Some(stage.candidate_score - stage.reference_score);
-    r.ranker_prob = Some(stage.prob_faster);
-    r.stages.ranker = Some(stage);
+pub fn set_ranker(r: &mut Row, scores: RankerScores) {
+    r.ranker_margin = Some(scores.candidate_score - scores.reference_score);
+    r.ranker_prob = Some(scores.prob_faster);
+    r.stages.ranker = Some(RankerStage::Scored(scores));
 }
 
 /// Stages as a table stores them: the parts [`slim`] empties are left out of the JSON (the

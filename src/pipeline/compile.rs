@@ -4,61 +4,57 @@
 use crate::candidate::Candidate;
 use crate::compile::{CompileOutcome, CompiledModule, Compiler, Isolation};
 
-use super::report::{CompileStage, CompileStatus};
+use super::report::{CompileEnd, CompileStage};
 
 /// The report form of a compile outcome.
 pub fn stage_of(outcome: &CompileOutcome, arch: &str, isolation: Isolation) -> CompileStage {
-    let mut s = CompileStage {
-        ok: false,
-        status: CompileStatus::Unavailable,
-        log: String::new(),
-        kernels: Vec::new(),
-        cached: false,
-        millis: 0.0,
-        arch: arch.to_string(),
-        sandboxed: isolation == Isolation::Sandboxed,
-        isolation,
-        reason: None,
-    };
-    match outcome {
+    let (end, log, millis) = match outcome {
         CompileOutcome::Compiled {
             module,
             cached,
             millis,
-        } => {
-            s.ok = true;
-            s.status = CompileStatus::Compiled;
-            s.log = module.log.clone();
-            s.kernels = module.kernels.clone();
-            s.cached = *cached;
-            s.millis = *millis;
-        }
+        } => (
+            CompileEnd::Compiled {
+                kernels: module.kernels.clone(),
+                cached: *cached,
+            },
+            module.log.clone(),
+            *millis,
+        ),
         CompileOutcome::Failed {
             log,
             cached,
             millis,
-        } => {
-            s.status = CompileStatus::Error;
-            s.log = log.clone();
-            s.cached = *cached;
-            s.millis = *millis;
-        }
-        CompileOutcome::Rejected { reason } => {
-            s.status = CompileStatus::Rejected;
-            s.reason = Some(reason.clone());
-        }
-        CompileOutcome::Timeout { limit_ms } => {
-            s.status = CompileStatus::Timeout;
-            s.reason = Some(format!(
-                "compile exceeded its {limit_ms} ms limit and was killed"
-            ));
-        }
-        CompileOutcome::Unavailable { reason } => {
-            s.status = CompileStatus::Unavailable;
-            s.reason = Some(reason.clone());
-        }
+        } => (CompileEnd::Error { cached: *cached }, log.clone(), *millis),
+        CompileOutcome::Rejected { reason } => (
+            CompileEnd::Rejected {
+                reason: reason.clone(),
+            },
+            String::new(),
+            0.0,
+        ),
+        CompileOutcome::Timeout { limit_ms } => (
+            CompileEnd::Timeout {
+                reason: format!("compile exceeded its {limit_ms} ms limit and was killed"),
+            },
+            String::new(),
+            0.0,
+        ),
+        CompileOutcome::Unavailable { reason } => (
+            CompileEnd::Unavailable {
+                reason: reason.clone(),
+            },
+            String::new(),
+            0.0,
+        ),
+    };
+    CompileStage {
+        end,
+        log,
+        millis,
+        arch: arch.to_string(),
+        isolation,
     }
-    s
 }
 
 /// Compiles the candidate: the stage and, on success, the module.

@@ -63,10 +63,10 @@ impl Evaluation {
         let module = stages
             .compile
             .as_ref()
-            .filter(|c| c.ok)
+            .filter(|c| c.is_compiled())
             .map(|c| CompiledModule {
                 cubin: Arc::new(Vec::new()),
-                kernels: c.kernels.clone(),
+                kernels: c.kernels().to_vec(),
                 lowered: Vec::new(),
                 log: String::new(),
             });
@@ -125,21 +125,25 @@ impl Evaluation {
     /// A reward turns the answer into its error with [`crate::reward::require`].
     pub fn unavailable(&self, stage: Stage) -> Option<StageUnavailable> {
         let missing = |stage: Stage, reason: String| Some(StageUnavailable { stage, reason });
-        if !self.stages.extract.ok || stage <= Stage::Syntax {
+        if !self.stages.extract.is_ok() || stage <= Stage::Syntax {
             return None;
         }
         if stage == Stage::Ranker {
             // No ranker stage: there was no syntax tree to rank, and nothing is missing.
-            let error = self.stages.ranker.as_ref().and_then(|r| r.error.clone());
+            let error = self
+                .stages
+                .ranker
+                .as_ref()
+                .and_then(|r| r.error().map(str::to_string));
             return error.and_then(|e| missing(Stage::Ranker, e));
         }
         match &self.stages.compile {
             None => return missing(Stage::Compile, "the compile stage did not run".into()),
-            Some(c) if c.status == CompileStatus::Unavailable => {
-                return missing(Stage::Compile, c.reason.clone().unwrap_or_default())
+            Some(c) if c.status() == CompileStatus::Unavailable => {
+                return missing(Stage::Compile, c.reason().unwrap_or_default().to_string())
             }
             // The candidate's compile failure: no later stage is missing.
-            Some(c) if !c.ok => return None,
+            Some(c) if !c.is_compiled() => return None,
             Some(_) => {}
         }
         if stage < Stage::Correctness {
@@ -183,7 +187,7 @@ impl Evaluation {
             .stages
             .compile
             .as_ref()
-            .is_some_and(|c| c.status == CompileStatus::Unavailable);
+            .is_some_and(|c| c.status() == CompileStatus::Unavailable);
         if compile_ours {
             let stages = &mut self.stages;
             stages.compile = None;
@@ -202,7 +206,7 @@ impl Evaluation {
             .stages
             .ranker
             .as_ref()
-            .is_some_and(|r| r.error.is_some())
+            .is_some_and(|r| r.error().is_some())
         {
             // Cheap: run again on its own by the next `advance`.
             self.stages.ranker = None;

@@ -19,7 +19,6 @@ use super::evaluation::Evaluation;
 use super::extract::{self, Plan, Submission};
 use super::gpu::{GpuMember, GpuState};
 use super::ranker::{RankerInput, RankerState};
-use super::report::CompileStatus;
 use super::{compile, structure, syntax, Stage};
 
 /// Settings of the pipeline; every field has a documented default.
@@ -455,7 +454,7 @@ impl Evaluator {
             Stage::Compile => {
                 if let Some(c) = &eval.candidate {
                     let (stage, module) = compile::run(&self.compiler, c);
-                    if stage.status == CompileStatus::Compiled {
+                    if stage.is_compiled() {
                         // NVRTC's verdict: what tree-sitter could not parse is the grammar's.
                         if let Some(s) = eval.stages.syntax.as_mut() {
                             syntax::compiled(s);
@@ -471,14 +470,14 @@ impl Evaluator {
                         .stages
                         .compile
                         .as_ref()
-                        .map(|c| c.kernels.as_slice())
+                        .map(|c| c.kernels())
                         .unwrap_or_default();
                     let plan = eval.plan.as_ref().and_then(Plan::timed_plan);
                     let compiled = eval
                         .stages
                         .compile
                         .as_ref()
-                        .is_some_and(|c| c.status == CompileStatus::Compiled);
+                        .is_some_and(|c| c.is_compiled());
                     let (stage, features) =
                         structure::run(tree, plan, resources, self.spec, compiled);
                     eval.stages.structure = Some(stage);

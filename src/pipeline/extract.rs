@@ -209,10 +209,7 @@ pub(crate) fn run(
         });
     match checked {
         Ok(c) => Extracted {
-            stage: ExtractStage {
-                ok: true,
-                error_kind: None,
-                error: None,
+            stage: ExtractStage::Extracted {
                 kernels: c.kernel_names(),
                 launches: c.launches.len(),
             },
@@ -220,12 +217,9 @@ pub(crate) fn run(
             candidate: Some(c),
         },
         Err(e) => Extracted {
-            stage: ExtractStage {
-                ok: false,
-                error_kind: Some(error_kind(&e)),
-                error: Some(e.to_string()),
-                kernels: Vec::new(),
-                launches: 0,
+            stage: ExtractStage::Failed {
+                kind: error_kind(&e),
+                error: e.to_string(),
             },
             candidate: None,
             plan: None,

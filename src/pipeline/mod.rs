@@ -47,8 +47,8 @@ pub use extract::{select_configs, timing_config, Plan, Submission};
 pub use gpu::MAX_JOB_MEMBERS;
 pub use ranker::RANKER_MODEL_ENV;
 pub use report::{
-    CompileStage, CompileStatus, ExtractErrorKind, ExtractStage, LaunchOccupancy, RankerStage,
-    RewardReport, Stages, StructureStage, SyntaxStage, Term,
+    CompileEnd, CompileStage, CompileStatus, ExtractErrorKind, ExtractStage, LaunchOccupancy,
+    RankerScores, RankerStage, RewardReport, Stages, StructureStage, SyntaxStage, Term,
 };
 pub use structure::{stage_from as structure_stage_from, static_occupancy};
 pub use syntax::check_syntax;

@@ -16,7 +16,7 @@ use crate::task::Task;
 
 use super::error::NoRanker;
 use super::extract::Plan;
-use super::report::RankerStage;
+use super::report::{RankerScores, RankerStage};
 
 /// What the ranker stage reads of a candidate besides its structure features: the
 /// ABI-checked candidate and its plan from the extract stage (either may be missing when
@@ -95,25 +95,26 @@ impl RankerState {
     /// The ranker stage for a candidate whose structure stage produced `input.features` from
     /// `input.tree`.
     pub fn run(&self, task: &Task, input: &RankerInput<'_>) -> RankerStage {
-        self.score(task, input).unwrap_or_else(|e| RankerStage {
-            candidate_score: f64::NAN,
-            reference_score: f64::NAN,
-            prob_faster: f64::NAN,
-            model: self.origin(),
-            error: Some(e),
-            uncertainty: None,
-            out_of_range: None,
-        })
-    }
-
-    fn score(&self, task: &Task, input: &RankerInput<'_>) -> Result<RankerStage, String> {
         if task.torch_reference() {
             // The ranker compares CUDA with CUDA; a Python reference has no features.
-            return Err(format!(
-                "task `{}` has a PyTorch reference, no CUDA one to compare with",
-                task.id
-            ));
+            return RankerStage::NotApplicable {
+                model: self.origin(),
+                reason: format!(
+                    "task `{}` has a PyTorch reference, no CUDA one to compare with",
+                    task.id
+                ),
+            };
         }
+        match self.score(task, input) {
+            Ok(scores) => RankerStage::Scored(scores),
+            Err(error) => RankerStage::Failed {
+                model: self.origin(),
+                error,
+            },
+        }
+    }
+
+    fn score(&self, task: &Task, input: &RankerInput<'_>) -> Result<RankerScores, String> {
         let ranker = self.model().map_err(|e| e.reason)?;
         let names = ranker.feature_names();
         let launch = FeatureSet::of(names).needs_plan();
@@ -169,12 +170,11 @@ impl RankerState {
         };
         let verdict = ranker.compare_scores(&cand, &reference, Some(&cand_features));
         let mean = |v: &[f32]| f64::from(v.iter().sum::<f32>()) / v.len().max(1) as f64;
-        Ok(RankerStage {
+        Ok(RankerScores {
             candidate_score: mean(&cand),
             reference_score: mean(&reference),
             prob_faster: f64::from(verdict.prob_faster),
             model: self.origin(),
-            error: None,
             uncertainty: Some(f64::from(verdict.uncertainty)),
             out_of_range: Some(f64::from(verdict.out_of_range)),
         })

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::report::{CompileStatus, ExecStatus, Stages};
+use super::report::{CompileEnd, ExecStatus, Stages};
 use super::Stage;
 
 /// The outcome of the stages a reward read, in one word (`verdict` in the report).
@@ -105,8 +105,9 @@ impl Stages {
     /// assert_eq!(o.verdict, Verdict::ExtractError);
     /// ```
     pub fn outcome(&self, upto: Stage) -> Outcome {
-        if !self.extract.ok {
-            return Outcome::new(Verdict::ExtractError, self.extract.error.clone());
+        if !self.extract.is_ok() {
+            let why = self.extract.error().map(str::to_string);
+            return Outcome::new(Verdict::ExtractError, why);
         }
         if upto < Stage::Compile {
             return Outcome::new(Verdict::Extracted, None);
@@ -137,14 +138,17 @@ impl Stages {
             let why = "the compile stage did not run".to_string();
             return Some(Outcome::new(Verdict::Unavailable, Some(why)));
         };
-        match c.status {
-            CompileStatus::Compiled => None,
-            CompileStatus::Unavailable => {
-                Some(Outcome::new(Verdict::Unavailable, c.reason.clone()))
+        match &c.end {
+            CompileEnd::Compiled { .. } => None,
+            CompileEnd::Unavailable { reason } => {
+                Some(Outcome::new(Verdict::Unavailable, Some(reason.clone())))
             }
-            CompileStatus::Error | CompileStatus::Rejected | CompileStatus::Timeout => {
-                let why = c.reason.clone().unwrap_or_else(|| first_lines(&c.log, 3));
+            CompileEnd::Error { .. } => {
+                let why = first_lines(&c.log, 3);
                 Some(Outcome::new(Verdict::CompileError, Some(why)))
+            }
+            CompileEnd::Rejected { reason } | CompileEnd::Timeout { reason } => {
+                Some(Outcome::new(Verdict::CompileError, Some(reason.clone())))
             }
         }
     }
@@ -199,26 +203,38 @@ impl std::fmt::Display for Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::report::{CompileStage, ExecuteStage};
+    use crate::pipeline::report::{
+        CompileStage, CompileStatus, ExecuteStage, ExtractErrorKind, ExtractStage,
+    };
 
     fn extracted() -> Stages {
-        let mut s = Stages::default();
-        s.extract.ok = true;
-        s
+        Stages {
+            extract: ExtractStage::Extracted {
+                kernels: vec!["k".into()],
+                launches: 1,
+            },
+            ..Stages::default()
+        }
     }
 
     fn compile(status: CompileStatus, log: &str, reason: Option<&str>) -> CompileStage {
+        let reason = reason.unwrap_or_default().to_string();
+        let end = match status {
+            CompileStatus::Compiled => CompileEnd::Compiled {
+                kernels: Vec::new(),
+                cached: false,
+            },
+            CompileStatus::Error => CompileEnd::Error { cached: false },
+            CompileStatus::Rejected => CompileEnd::Rejected { reason },
+            CompileStatus::Timeout => CompileEnd::Timeout { reason },
+            CompileStatus::Unavailable => CompileEnd::Unavailable { reason },
+        };
         CompileStage {
-            ok: status == CompileStatus::Compiled,
-            status,
+            end,
             log: log.into(),
-            kernels: Vec::new(),
-            cached: false,
             millis: 1.0,
             arch: "sm_90".into(),
-            sandboxed: true,
             isolation: Default::default(),
-            reason: reason.map(str::to_string),
         }
     }
 
@@ -245,11 +261,16 @@ mod tests {
 
     #[test]
     fn reasons_name_the_first_failure_on_one_line() {
-        let mut s = Stages::default();
-        s.extract.error = Some("the completion has no ```cuda code block".into());
+        let s = Stages {
+            extract: ExtractStage::Failed {
+                kind: ExtractErrorKind::NoCodeBlock,
+                error: "the completion has no ```cuda code block".into(),
+            },
+            ..Stages::default()
+        };
         let o = s.outcome(Stage::Timing);
         assert_eq!(o.verdict, Verdict::ExtractError);
-        assert_eq!(o.reason, s.extract.error);
+        assert_eq!(o.reason.as_deref(), s.extract.error());
 
         let mut s = extracted();
         let log = "candidate.cu(3): error: x is undefined\n  x = 1;\n  ^\nmore";

@@ -28,9 +28,9 @@ pub use structure::{features_of, StructuralReward};
 
 // The pipeline and its report, where trainers have always found them.
 pub use crate::pipeline::report::{
-    CompileStage, CompileStatus, CorrectnessStage, ExecuteStage, ExtractErrorKind, ExtractStage,
-    LaunchOccupancy, RankerStage, RewardReport, Stages, StructureStage, SyntaxStage, Term,
-    TimingStage,
+    CompileEnd, CompileStage, CompileStatus, CorrectnessStage, ExecuteStage, ExtractErrorKind,
+    ExtractStage, LaunchOccupancy, RankerScores, RankerStage, RewardReport, Stages, StructureStage,
+    SyntaxStage, Term, TimingStage,
 };
 pub use crate::pipeline::{
     static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Outcome, Stage,

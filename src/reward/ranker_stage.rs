@@ -1,7 +1,8 @@
 //! [`RankerReward`]: the learned pairwise ranker as a reward.
 
 use super::{
-    require, unavailable_error, Context, Evaluation, Result, Reward, Stage, StageUnavailable,
+    require, unavailable_error, Context, Evaluation, RankerStage, Result, Reward, Stage,
+    StageUnavailable,
 };
 
 /// `2σ(s(candidate) − s(reference)) − 1` in [-1, 1]: the ranker's confidence that the
@@ -18,21 +19,20 @@ impl Reward for RankerReward {
     fn needs(&self, _: &Context) -> Stage {
         Stage::Ranker
     }
-    fn value(&self, ctx: &Context, eval: &Evaluation) -> Result<f64> {
-        // The ranker compares a candidate with the task's CUDA reference; a task whose only
-        // reference is its PyTorch original has none: no preference, not a missing number.
-        if ctx.task.torch_reference() {
-            return Ok(0.0);
-        }
+    fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
         require(self, eval, Stage::Ranker)?;
         match &eval.stages.ranker {
-            Some(r) if r.error.is_none() => Ok(2.0 * r.prob_faster - 1.0),
+            Some(RankerStage::Scored(r)) => Ok(2.0 * r.prob_faster - 1.0),
+            // The ranker compares a candidate with the task's CUDA reference; a task whose
+            // only reference is its PyTorch original has none: no preference, not a missing
+            // number.
+            Some(RankerStage::NotApplicable { .. }) => Ok(0.0),
             // The candidate has no launch plan for a model that reads one: no number either.
-            Some(r) => Err(unavailable_error(
+            Some(RankerStage::Failed { error, .. }) => Err(unavailable_error(
                 &self.name(),
                 StageUnavailable {
                     stage: Stage::Ranker,
-                    reason: r.error.clone().unwrap_or_default(),
+                    reason: error.clone(),
                 },
                 eval,
             )),

@@ -37,7 +37,7 @@ impl Reward for CompileReward {
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
         require(self, eval, Stage::Compile)?;
         Ok(match &eval.stages.compile {
-            Some(c) if c.ok => 1.0,
+            Some(c) if c.is_compiled() => 1.0,
             // A compile error, or no candidate to compile.
             _ => 0.0,
         })
@@ -275,13 +275,13 @@ impl Reward for OutcomeLadder {
                     / (1.0 + f64::from(s.error_nodes + s.missing_nodes))
             })
         };
-        if !eval.stages.extract.ok {
+        if !eval.stages.extract.is_ok() {
             return Ok(syntax_floor());
         }
         if let Some(c) = &eval.stages.compile {
-            if !c.ok && c.status != CompileStatus::Unavailable {
+            if !c.is_compiled() && c.status() != CompileStatus::Unavailable {
                 let syntax_clean = eval.stages.syntax.as_ref().is_none_or(|s| s.ok);
-                return Ok(if c.status == CompileStatus::Error && !syntax_clean {
+                return Ok(if c.status() == CompileStatus::Error && !syntax_clean {
                     syntax_floor()
                 } else {
                     -0.75

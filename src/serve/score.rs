@@ -239,7 +239,7 @@ fn report_of(r: &crate::reward::Result<Scored>) -> &RewardReport {
 }
 
 fn collect_stage_times(stages: &Stages, out: &mut StageTimes) {
-    if let Some(c) = stages.compile.as_ref().filter(|c| !c.cached) {
+    if let Some(c) = stages.compile.as_ref().filter(|c| !c.cached()) {
         out.compile_ms.push(c.millis);
     }
     if let Some(e) = &stages.execute {
@@ -333,8 +333,13 @@ mod tests {
 
     #[test]
     fn the_server_verdict_is_the_report_verdict_without_a_compile_stage() {
-        let mut stages = Stages::default();
-        stages.extract.ok = true;
+        let stages = Stages {
+            extract: crate::reward::ExtractStage::Extracted {
+                kernels: vec!["k".into()],
+                launches: 1,
+            },
+            ..Stages::default()
+        };
         for needs in [
             Stage::Syntax,
             Stage::Compile,

@@ -111,7 +111,7 @@ fn structure_with_task(
         ..Default::default()
     })?;
     let eval = evaluator.evaluate(&task, sub, Stage::Structure);
-    if let Some(err) = &eval.stages.extract.error {
+    if let Some(err) = &eval.stages.extract.error() {
         eprintln!("note: {err}");
     }
     eval.stages.structure.ok_or(Error::NoStructure)

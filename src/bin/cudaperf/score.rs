@@ -159,10 +159,13 @@ impl Scored {
             input::display_name(file),
             self.value.map_or("n/a".to_string(), |v| format!("{v:.4}")),
             verdict.map_or("?", Verdict::as_str),
-            report.map_or("null".into(), |r| r.stages.extract.ok.to_string()),
+            report.map_or("null".into(), |r| r.stages.extract.is_ok().to_string()),
             report
                 .and_then(|r| r.stages.compile.as_ref())
-                .map_or("null".to_string(), |c| format!("\"{}\"", c.status.as_str())),
+                .map_or("null".to_string(), |c| format!(
+                    "\"{}\"",
+                    c.status().as_str()
+                )),
             why,
         )
     }

@@ -38,7 +38,7 @@ pub(super) fn syntax_problem(report: &RewardReport) -> Option<(Option<u32>, Stri
         .stages
         .compile
         .as_ref()
-        .is_some_and(|c| c.status == CompileStatus::Error);
+        .is_some_and(|c| c.status() == CompileStatus::Error);
     if let Some(v) = outcome_value(report).filter(|v| compile_error && *v < -0.75 - 1e-9) {
         let _ = write!(
             m,

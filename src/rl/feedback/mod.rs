@@ -322,7 +322,12 @@ pub fn feedback(
     };
     // Structure: only for programs that compiled (otherwise the errors come first and the
     // analysis of broken code is noise).
-    if report.stages.compile.as_ref().is_some_and(|c| c.ok) {
+    if report
+        .stages
+        .compile
+        .as_ref()
+        .is_some_and(|c| c.is_compiled())
+    {
         structure::findings(&facts, &lines, &mut items);
         structure::ranker_note(&facts, verdict, &mut items);
     }

@@ -3,7 +3,7 @@
 //! opinion where speed was not measured.
 
 use crate::analysis::{AccessClass, AccessKind, Features, KernelFeatures, Span};
-use crate::reward::{Stages, Verdict};
+use crate::reward::{RankerStage, Stages, Verdict};
 
 use super::kind::{priority, ItemKind};
 use super::text::LineIndex;
@@ -44,7 +44,8 @@ pub(super) fn ranker_note(f: &Facts, verdict: Verdict, out: &mut Items) {
     if let Some(r) = s
         .ranker
         .as_ref()
-        .filter(|r| unmeasured && r.error.is_none() && r.prob_faster.is_finite())
+        .and_then(RankerStage::scores)
+        .filter(|r| unmeasured && r.prob_faster.is_finite())
     {
         let m = format!(
             "speed not measured: from the code alone, the learned ranker gives it a {:.0} % chance of being faster than the reference",
@@ -264,7 +265,7 @@ fn divergence_items(
 
 /// Kernels that spill registers to local memory.
 fn spill_items(s: &Stages, kernel_line: &dyn Fn(&str) -> Option<u32>, out: &mut Vec<Finding>) {
-    for r in s.compile.iter().flat_map(|c| &c.kernels) {
+    for r in s.compile.iter().flat_map(|c| c.kernels()) {
         if r.spill_store_bytes + r.spill_load_bytes == 0 {
             continue;
         }

@@ -22,7 +22,7 @@ pub(super) fn extract_error(f: &Facts, out: &mut Items) -> String {
         );
         out.push(i, k, line, message, p);
     }
-    let why = f.report.stages.extract.error.as_deref();
+    let why = f.report.stages.extract.error();
     let why = why.unwrap_or("no code block was found");
     format!("No candidate could be read: {why}.{}", f.reward)
 }
@@ -32,16 +32,15 @@ pub(super) fn extract_error(f: &Facts, out: &mut Items) -> String {
 pub(super) fn compile_error(f: &Facts, out: &mut Items) -> String {
     let c = f.report.stages.compile.as_ref();
     let reward = &f.reward;
-    match c.map(|c| c.status) {
+    match c.map(|c| c.status()) {
         Some(CompileStatus::Error) => compiler_errors(f, c.map_or("", |c| c.log.as_str()), out),
         Some(CompileStatus::Rejected) => format!(
             "The source was rejected before compiling: {}.{reward}",
-            c.and_then(|c| c.reason.as_deref())
-                .unwrap_or("no reason given")
+            c.and_then(|c| c.reason()).unwrap_or("no reason given")
         ),
         Some(CompileStatus::Timeout) => format!(
             "The compile did not finish: {}.{reward}",
-            c.and_then(|c| c.reason.as_deref()).unwrap_or("time limit")
+            c.and_then(|c| c.reason()).unwrap_or("time limit")
         ),
         Some(CompileStatus::Compiled | CompileStatus::Unavailable) | None => {
             format!("The kernel did not compile.{reward}")
@@ -251,14 +250,14 @@ pub(super) fn not_run(f: &Facts, verdict: Verdict, out: &mut Items) -> String {
         let compile_unavailable = s
             .compile
             .as_ref()
-            .filter(|c| c.status == CompileStatus::Unavailable);
+            .filter(|c| c.status() == CompileStatus::Unavailable);
         let note = match (exec_status(f), compile_unavailable) {
             (Some(ExecStatus::Unavailable { reason }), _) => {
                 Some(format!("correctness and speed need a GPU: {reason}"))
             }
             (_, Some(c)) => Some(format!(
                 "compile stage unavailable: {}",
-                c.reason.as_deref().unwrap_or("")
+                c.reason().unwrap_or("")
             )),
             _ => None,
         };
@@ -267,7 +266,7 @@ pub(super) fn not_run(f: &Facts, verdict: Verdict, out: &mut Items) -> String {
             out.push(Importance::Note, k, None, m, priority::LAST);
         }
     }
-    if s.compile.as_ref().is_some_and(|c| c.ok) {
+    if s.compile.as_ref().is_some_and(|c| c.is_compiled()) {
         format!(
             "Compiles; correctness and speed were not measured.{}",
             f.reward

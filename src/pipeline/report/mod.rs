@@ -34,6 +34,8 @@ pub use crate::exec::{
 
 use super::Verdict;
 
+mod wire;
+
 /// A reward value with everything that explains it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RewardReport {
@@ -83,21 +85,61 @@ pub struct Stages {
     pub ranker: Option<RankerStage>,
 }
 
-/// `stages.extract`: was there code, and does its launch plan fit the task?
+/// `stages.extract`: was there code, and does its launch plan fit the task? One of its
+/// outcomes; in JSON `{"ok": true, "kernels": [...], "launches": n}` or `{"ok": false,
+/// "error_kind": "...", "error": "...", "kernels": [], "launches": 0}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ExtractStage {
+#[serde(into = "wire::ExtractWire", try_from = "wire::ExtractWire")]
+pub enum ExtractStage {
+    /// The stage never ran: a report made without an evaluation (a request the server
+    /// refused, a job it lost). Written like a failure without a reason.
+    #[default]
+    NotRun,
     /// A candidate was extracted and matches the task ABI.
-    pub ok: bool,
-    /// What went wrong, when not ok.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub error_kind: Option<ExtractErrorKind>,
-    /// The error message.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub error: Option<String>,
-    /// Kernels launched.
-    pub kernels: Vec<String>,
-    /// Number of launches in the plan.
-    pub launches: usize,
+    Extracted {
+        /// Kernels launched.
+        kernels: Vec<String>,
+        /// Number of launches in the plan.
+        launches: usize,
+    },
+    /// No candidate: why.
+    Failed {
+        /// What went wrong.
+        kind: ExtractErrorKind,
+        /// The error message.
+        error: String,
+    },
+}
+
+impl ExtractStage {
+    /// Whether a candidate was extracted (`ok` in JSON).
+    pub fn is_ok(&self) -> bool {
+        matches!(self, ExtractStage::Extracted { .. })
+    }
+
+    /// The error message of a failed extraction.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            ExtractStage::Failed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// What went wrong, for a failed extraction.
+    pub fn error_kind(&self) -> Option<ExtractErrorKind> {
+        match self {
+            ExtractStage::Failed { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
+    /// The kernels launched (empty unless extracted).
+    pub fn kernels(&self) -> &[String] {
+        match self {
+            ExtractStage::Extracted { kernels, .. } => kernels,
+            _ => &[],
+        }
+    }
 }
 
 /// `stages.extract.error_kind`.
@@ -198,32 +240,106 @@ impl std::fmt::Display for CompileStatus {
     }
 }
 
-/// `stages.compile`.
+/// `stages.compile`: how the NVRTC compile ended, and where it ran. In JSON the outcome is
+/// spread over `ok`, `status`, `kernels`, `cached` and `reason` (and `sandboxed` repeats
+/// `isolation`), as it always was.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "wire::CompileWire", try_from = "wire::CompileWire")]
 pub struct CompileStage {
-    /// Whether a cubin was produced.
-    pub ok: bool,
     /// How the stage ended.
-    pub status: CompileStatus,
-    /// Trimmed compile log (errors first).
+    pub end: CompileEnd,
+    /// Trimmed compile log (errors first); empty when NVRTC did not run.
     pub log: String,
-    /// Per-kernel resources from ptxas.
-    pub kernels: Vec<Resources>,
-    /// Served from the cache.
-    pub cached: bool,
     /// Wall time of the stage in milliseconds.
     pub millis: f64,
     /// Target architecture.
     pub arch: String,
-    /// Whether the compile ran in a worker process (`isolation == "sandboxed"`).
-    pub sandboxed: bool,
     /// Where compiles run: `sandboxed` (a worker process with a time and memory limit) or
     /// `in_process` (only when the caller opted in, for trusted sources).
-    #[serde(default)]
     pub isolation: Isolation,
-    /// Why the stage did not produce a result (rejected, timeout, unavailable).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub reason: Option<String>,
+}
+
+/// How a compile ended (`stages.compile.status` and what goes with it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CompileEnd {
+    /// A cubin was produced.
+    Compiled {
+        /// Per-kernel resources from ptxas.
+        kernels: Vec<Resources>,
+        /// Served from the cache.
+        cached: bool,
+    },
+    /// NVRTC reported errors (the candidate's); they are in the log.
+    Error {
+        /// Served from the cache.
+        cached: bool,
+    },
+    /// The source was refused before compiling (forbidden include, NUL byte).
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// The compile ran past its limit and was killed (the candidate's).
+    Timeout {
+        /// What the limit was.
+        reason: String,
+    },
+    /// The compile could not run here (no NVRTC, no usable worker): never the candidate's.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl CompileEnd {
+    /// The status word of this ending.
+    pub fn status(&self) -> CompileStatus {
+        match self {
+            CompileEnd::Compiled { .. } => CompileStatus::Compiled,
+            CompileEnd::Error { .. } => CompileStatus::Error,
+            CompileEnd::Rejected { .. } => CompileStatus::Rejected,
+            CompileEnd::Timeout { .. } => CompileStatus::Timeout,
+            CompileEnd::Unavailable { .. } => CompileStatus::Unavailable,
+        }
+    }
+}
+
+impl CompileStage {
+    /// How the stage ended, in one word.
+    pub fn status(&self) -> CompileStatus {
+        self.end.status()
+    }
+
+    /// Whether a cubin was produced (`ok` in JSON).
+    pub fn is_compiled(&self) -> bool {
+        matches!(self.end, CompileEnd::Compiled { .. })
+    }
+
+    /// Per-kernel resources from ptxas (empty unless compiled).
+    pub fn kernels(&self) -> &[Resources] {
+        match &self.end {
+            CompileEnd::Compiled { kernels, .. } => kernels,
+            _ => &[],
+        }
+    }
+
+    /// Whether the outcome was served from the cache.
+    pub fn cached(&self) -> bool {
+        match self.end {
+            CompileEnd::Compiled { cached, .. } | CompileEnd::Error { cached } => cached,
+            _ => false,
+        }
+    }
+
+    /// Why the stage produced no result (rejected, timeout, unavailable).
+    pub fn reason(&self) -> Option<&str> {
+        match &self.end {
+            CompileEnd::Rejected { reason }
+            | CompileEnd::Timeout { reason }
+            | CompileEnd::Unavailable { reason } => Some(reason),
+            _ => None,
+        }
+    }
 }
 
 /// `stages.structure`: the structural score and the features behind it.
@@ -256,9 +372,35 @@ pub struct LaunchOccupancy {
     pub limiter: Limiter,
 }
 
-/// `stages.ranker`: the learned pairwise score against the reference.
+/// `stages.ranker`: the learned pairwise score against the reference, or why there is none.
+/// In JSON the scores are `null` and `error` says why when the model did not score.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankerStage {
+#[serde(into = "wire::RankerWire", try_from = "wire::RankerWire")]
+pub enum RankerStage {
+    /// The model scored the candidate against the reference.
+    Scored(RankerScores),
+    /// The ranker does not apply to this task (its only reference is PyTorch code, which
+    /// has no CUDA features to compare with): no preference, nothing missing. Written with
+    /// `"applicable": false`.
+    NotApplicable {
+        /// Where the model came from.
+        model: String,
+        /// Why it does not apply.
+        reason: String,
+    },
+    /// The ranker could not score (unreadable model, no launch plan for a model that reads
+    /// one): the ranker term has no value.
+    Failed {
+        /// Where the model came from.
+        model: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// The scores of [`RankerStage::Scored`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankerScores {
     /// s(candidate).
     pub candidate_score: f64,
     /// s(reference).
@@ -267,19 +409,39 @@ pub struct RankerStage {
     pub prob_faster: f64,
     /// Where the model came from (a folder, or `<shipped ranker>` for the embedded one).
     pub model: String,
-    /// Why the ranker could not score (unreadable model, feature mismatch); the scores are
-    /// NaN then.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub error: Option<String>,
     /// How unsure the ranker is: the standard deviation over its ensemble members of their
     /// own probability that the candidate is faster (0 to 0.5; 0 for a one-member model).
     /// High on code unlike the training data; a reward can shrink the ranker term by it,
     /// e.g. `(2p − 1) · max(0, 1 − uncertainty / 0.15)`. Absent in reports written before
     /// it existed.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub uncertainty: Option<f64>,
     /// How far the candidate's features lie outside the ranker's training range, in
     /// standard deviations (0 inside; the model clamps them to the range).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub out_of_range: Option<f64>,
+}
+
+impl RankerStage {
+    /// The scores, when the model scored.
+    pub fn scores(&self) -> Option<&RankerScores> {
+        match self {
+            RankerStage::Scored(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Why the model could not score (not for a task it does not apply to).
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            RankerStage::Failed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Where the model came from.
+    pub fn model(&self) -> &str {
+        match self {
+            RankerStage::Scored(s) => &s.model,
+            RankerStage::NotApplicable { model, .. } | RankerStage::Failed { model, .. } => model,
+        }
+    }
 }
