@@ -173,7 +173,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn evaluator(workers: usize) -> Evaluator {
     // Without a `cudaperf` worker (CUDAPERF_WORKER, or beside this binary) this binary serves
     // as its own worker (see `main`), so it can be carried alone to a GPU machine.
-    let worker = cudaperf::worker::find_worker(None, cudaperf::worker::Role::Gpu)
+    let worker = cudaperf::sandbox::find_worker(None, cudaperf::sandbox::Role::Gpu)
         .is_none()
         .then(|| std::env::current_exe().ok())
         .flatten();

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::reward::Verdict;
 use crate::task::{Implementation, Task, TaskError, TaskKind, TaskLimits};
 use crate::timings::Timings;
+use crate::verdict::Verdict;
 
 /// Why a dataset could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +84,7 @@ impl Dataset {
     }
 
     /// [`Dataset::load`] with a buffer cap of the caller's (full-size problems need one that
-    /// follows the device: [`TaskLimits::for_this_machine`]).
+    /// follows the device: [`crate::exec::task_limits_for_this_machine`]).
     pub fn load_with(dir: impl AsRef<Path>, limits: &TaskLimits) -> Result<Dataset, DatasetError> {
         let dir = dir.as_ref();
         let entries = std::fs::read_dir(dir).map_err(|source| DatasetError::Io {

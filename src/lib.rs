@@ -58,6 +58,7 @@ pub mod sandbox;
 pub mod serve;
 pub mod task;
 pub mod timings;
+mod verdict;
 pub mod worker;
 
 pub use candidate::{Candidate, CandidateError};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::reward::Verdict;
+use crate::verdict::Verdict;
 
 /// One implementation's measurement against its task's reference.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

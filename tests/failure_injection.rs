@@ -26,8 +26,8 @@ use cudaperf::reward::{
     Stage, StructuralReward, Submission, Verdict,
 };
 use cudaperf::sandbox::WorkerSpec;
+use cudaperf::sandbox::{Role, WORKER_ARG};
 use cudaperf::task::Task;
-use cudaperf::worker::{Role, WORKER_ARG};
 use proptest::prelude::*;
 
 /// What is wrong with the compile pool.

@@ -9,8 +9,8 @@ use std::time::Duration;
 use cudaperf::exec::{ExecOptions, RunArg, RunLaunch, RunnerCmd, RunnerReply};
 use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission, Verdict};
 use cudaperf::sandbox::{JobOutcome, Pool};
+use cudaperf::sandbox::{Role, WorkerCommand};
 use cudaperf::task::Task;
-use cudaperf::worker::{Role, WorkerCommand};
 
 fn root() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")

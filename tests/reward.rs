@@ -750,7 +750,7 @@ fn a_gpu_worker_that_fails_then_works_rescores_the_same_completion() {
     use cudaperf::exec::{ExecResult, Executor};
     use cudaperf::reward::{RewardError, Verdict};
     use cudaperf::sandbox::WorkerSpec;
-    use cudaperf::worker::{Role, WORKER_ARG};
+    use cudaperf::sandbox::{Role, WORKER_ARG};
     require_nvrtc!();
     let python_ok = std::process::Command::new("python3")
         .arg("--version")

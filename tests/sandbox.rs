@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cudaperf::sandbox::protocol::{Response, PROTOCOL_VERSION};
+use cudaperf::sandbox::{find_worker, Role, WORKER_ARG};
 use cudaperf::sandbox::{serve, Handled, Handler, JobOutcome, Pool, WorkerSpec};
-use cudaperf::worker::{find_worker, DiagJob, DiagReply, Role, WORKER_ARG};
+use cudaperf::worker::{DiagJob, DiagReply};
 
 type DiagPool = Pool<DiagJob, DiagReply>;
 const PONG: JobOutcome<DiagReply> = JobOutcome::Done(DiagReply::Pong);

@@ -34,8 +34,8 @@ pub use options::{valid_arch, CompileOptions, Invocation, PROGRAM_FILE};
 pub use ptxas::Resources;
 
 use crate::candidate::Candidate;
+use crate::sandbox::Role;
 use crate::sandbox::{JobOutcome, Pool};
-use crate::worker::Role;
 use worker::{CompileJob, Compiled};
 
 /// Where compiles run.
@@ -67,7 +67,7 @@ pub enum CompilerError {
     UnsupportedArch(nvrtc::NvrtcError),
     /// Sandboxed compiles need a worker executable and none was found.
     #[error("no compile worker: {0}; set CompileOptions::worker or CUDAPERF_WORKER, serve as your own worker (EvalOptions::self_worker and cudaperf::worker::run_if_requested), or opt into Isolation::InProcess for trusted sources")]
-    NoWorker(crate::worker::WorkerNotFound),
+    NoWorker(crate::sandbox::WorkerNotFound),
     /// The cache folder cannot be created or written.
     #[error("compile cache folder {}: {source}", path.display())]
     CacheDir {
@@ -199,7 +199,7 @@ impl Compiler {
             Isolation::InProcess => (None, None),
             Isolation::Sandboxed => {
                 let command =
-                    crate::worker::locate_worker(options.worker.as_deref(), Role::Compile)
+                    crate::sandbox::locate_worker(options.worker.as_deref(), Role::Compile)
                         .map_err(CompilerError::NoWorker)?;
                 let mut spec = command.spec(Role::Compile);
                 spec.memory_limit_bytes = options.memory_limit_bytes;

@@ -22,7 +22,7 @@ pub struct CompileOptions {
     pub cache_dir: Option<PathBuf>,
     /// Where compiles run (default [`Isolation::Sandboxed`]).
     pub isolation: Isolation,
-    /// Worker executable (default: found by [`crate::worker::find_worker`]).
+    /// Worker executable (default: found by [`crate::sandbox::find_worker`]).
     pub worker: Option<PathBuf>,
     /// Compile workers (default: one per core).
     pub workers: usize,

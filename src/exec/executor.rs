@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use super::job::{ExecJob, TimingOptions};
 use super::report::{ExecResult, ExecStatus};
 use super::secret::{fresh_secret, JobSecret};
+use crate::sandbox::{locate_worker, Role, WorkerNotFound};
 use crate::sandbox::{JobOutcome, Pool, WorkerSpec};
-use crate::worker::{locate_worker, Role, WorkerNotFound};
+use crate::task::TaskLimits;
 
 /// Why GPU jobs cannot run here (the GPU stages then report `unavailable`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -124,9 +125,19 @@ pub fn visible_gpus() -> Result<Vec<String>, GpuUnavailable> {
     })
 }
 
+/// The task buffer cap for this machine: [`TaskLimits::for_device_memory`] of the smallest
+/// visible GPU as the driver reports it, or the default where there is no driver or no GPU.
+/// This initialises the CUDA driver in the calling process (no context is created).
+pub fn task_limits_for_this_machine() -> TaskLimits {
+    match smallest_gpu_memory() {
+        Ok(bytes) => TaskLimits::for_device_memory(bytes),
+        Err(_) => TaskLimits::default(),
+    }
+}
+
 /// The memory of the smallest GPU this process may use, in bytes, as the driver reports it
 /// (`cuDeviceTotalMem`; no context is created). Task limits follow it
-/// ([`crate::task::TaskLimits::for_this_machine`]).
+/// ([`task_limits_for_this_machine`]).
 pub fn smallest_gpu_memory() -> Result<u64, GpuUnavailable> {
     let count = visible_gpus()?.len();
     let mut smallest = u64::MAX;

@@ -30,7 +30,10 @@ mod values;
 pub use device::{table_bandwidth, table_peak_tflops};
 pub use direct::{DirectGpu, DirectGpuError};
 pub use driver::CudaError;
-pub use executor::{smallest_gpu_memory, visible_gpus, ExecOptions, Executor, GpuUnavailable};
+pub use executor::{
+    smallest_gpu_memory, task_limits_for_this_machine, visible_gpus, ExecOptions, Executor,
+    GpuUnavailable,
+};
 pub(crate) use harness::GpuHandler;
 pub use job::{
     fills_of, BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam,

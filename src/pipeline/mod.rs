@@ -23,7 +23,7 @@
 //! let evaluator = Evaluator::new(EvalOptions { no_gpu: true, ..EvalOptions::default() })?;
 //! let sub = Submission::from_source(task.reference.source.clone());
 //! let eval = evaluator.evaluate(&task, &sub, Stage::Ranker);
-//! println!("{} {:?}", eval.verdict(), eval.stages.compile.map(|c| c.status));
+//! println!("{} {:?}", eval.verdict(), eval.stages.compile.map(|c| c.status()));
 //! # Ok(()) }
 //! ```
 

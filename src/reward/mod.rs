@@ -137,7 +137,7 @@ pub type Result<T> = std::result::Result<T, RewardError>;
 ///     fn needs(&self, _: &Context) -> Stage { Stage::Compile }
 ///     fn value(&self, _: &Context, e: &Evaluation) -> cudaperf::reward::Result<f64> {
 ///         require(self, e, Stage::Compile)?;
-///         let regs = e.stages.compile.as_ref().and_then(|c| c.kernels.iter().map(|k| k.registers).max());
+///         let regs = e.stages.compile.as_ref().and_then(|c| c.kernels().iter().map(|k| k.registers).max());
 ///         Ok(regs.map_or(0.0, |r| 1.0 - f64::from(r.min(255)) / 255.0))
 ///     }
 /// }

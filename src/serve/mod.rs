@@ -91,7 +91,7 @@ pub struct ServeConfig {
     pub tasks_dir: Option<PathBuf>,
     /// The buffer cap folder and inline tasks are validated against (default
     /// [`TaskLimits::default`](crate::task::TaskLimits::default), 8 GiB; the CLI uses the device's:
-    /// [`TaskLimits::for_this_machine`](crate::task::TaskLimits::for_this_machine)).
+    /// [`exec::task_limits_for_this_machine`](crate::exec::task_limits_for_this_machine)).
     pub task_limits: crate::task::TaskLimits,
     /// The pipeline's options (local mode).
     pub eval: EvalOptions,

@@ -47,7 +47,7 @@ impl TaskStore {
     }
 
     /// [`TaskStore::load`] with the buffer cap every folder and inline task is validated
-    /// against (`cudaperf serve` and `node` use [`TaskLimits::for_this_machine`] or
+    /// against (`cudaperf serve` and `node` use [`crate::exec::task_limits_for_this_machine`] or
     /// `--max-buffer-gib`).
     pub fn load_with(dir: Option<&Path>, limits: TaskLimits) -> Result<TaskStore, ServeError> {
         let mut by_id = BTreeMap::new();

@@ -84,16 +84,6 @@ impl TaskLimits {
         })
     }
 
-    /// The cap for this machine: [`TaskLimits::for_device_memory`] of the smallest visible
-    /// GPU as the driver reports it, or the default where there is no driver or no GPU.
-    /// This initialises the CUDA driver in the calling process (no context is created).
-    pub fn for_this_machine() -> TaskLimits {
-        match crate::exec::smallest_gpu_memory() {
-            Ok(bytes) => TaskLimits::for_device_memory(bytes),
-            Err(_) => TaskLimits::default(),
-        }
-    }
-
     /// The error text for a config over the cap: the config, both numbers, and how to
     /// raise the cap.
     pub(crate) fn over_cap(&self, config: &str, bytes: u64) -> String {

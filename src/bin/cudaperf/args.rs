@@ -155,7 +155,7 @@ impl LimitArgs {
         use cudaperf::task::TaskLimits;
         Ok(match self.max_buffer_gib {
             Some(g) => TaskLimits::from_gib(g)?,
-            None => TaskLimits::for_this_machine(),
+            None => cudaperf::exec::task_limits_for_this_machine(),
         })
     }
 }

@@ -57,8 +57,8 @@ impl RunnerClient {
         let exe = std::env::current_exe()
             .map_err(|e| format!("cannot find this executable to start the {what} runner: {e}"))?;
         let mut spec: WorkerSpec =
-            crate::worker::WorkerCommand::new(exe, crate::worker::Role::Runner)
-                .spec(crate::worker::Role::Runner);
+            crate::sandbox::WorkerCommand::new(exe, crate::sandbox::Role::Runner)
+                .spec(crate::sandbox::Role::Runner);
         // Without an inbox the runner's buffers are mapped through legacy CUDA IPC (slower
         // for the harness's own kernels, the same for the runner's).
         // Every function is loaded with its module, not at its first launch (which would

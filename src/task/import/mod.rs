@@ -38,7 +38,7 @@ pub struct ImportOptions {
     /// The Python interpreter with PyTorch (default `python3`).
     pub python: PathBuf,
     /// The buffer cap the written task is validated against (default
-    /// [`TaskLimits::default`]; the CLI uses [`TaskLimits::for_this_machine`] or
+    /// [`TaskLimits::default`]; the CLI uses [`crate::exec::task_limits_for_this_machine`] or
     /// `--max-buffer-gib`).
     pub limits: TaskLimits,
     /// Most elements (all tensors together) of the config the CPU trial forward runs on
