@@ -20,7 +20,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use cudaperf::reward::{
     presets, Context, EvalOptions, Evaluator, Reward, RewardError, RewardReport, Stage, Submission,
 };
-use cudaperf::rl::{self, advantage, Episode, EpisodeOptions, FeedbackOptions, Turn};
+use cudaperf::rl::{self, Episode, EpisodeOptions, FeedbackOptions, Turn};
 use cudaperf::task::Task;
 
 fn root() -> std::path::PathBuf {
@@ -123,7 +123,7 @@ fn bench_rl(c: &mut Criterion) {
         b.iter(|| rl::advantages(black_box(&rewards), &rl::AdvantageOptions::default()).unwrap())
     });
     g.bench_function("noise_aware_rewards", |b| {
-        b.iter(|| advantage::noise_aware_rewards(black_box(&gpu_reports)).unwrap())
+        b.iter(|| rl::noise_aware_rewards(black_box(&gpu_reports)).unwrap())
     });
     g.bench_function("episode_advantages_2_turns_noise_aware", |b| {
         let o = EpisodeOptions {

@@ -148,12 +148,12 @@ fn rank_rows(e: &Evaluator, task: &Task) -> Vec<(String, String)> {
     out
 }
 
-/// Mean absolute change of each member's GRPO advantage (`rl::advantage::grpo` of the
+/// Mean absolute change of each member's GRPO advantage (`rl::grpo` of the
 /// speedups) between two scorings of the same group: what the policy gradient would see move.
 fn advantage_change(a: &[f64], b: &[f64]) -> f64 {
     match (
-        cudaperf::rl::advantage::grpo(a, 1e-6),
-        cudaperf::rl::advantage::grpo(b, 1e-6),
+        cudaperf::rl::grpo(a, 1e-6),
+        cudaperf::rl::grpo(b, 1e-6),
     ) {
         (Ok(za), Ok(zb)) => {
             za.iter().zip(&zb).map(|(x, y)| (x - y).abs()).sum::<f64>() / za.len().max(1) as f64

@@ -301,9 +301,9 @@ fn a_group_with_unscored_turns_gets_advantages_over_the_scored_ones() {
         rewards[0][0] + g * rewards[0][1],
         rewards[3][0] + g * rewards[3][1],
     ];
-    let want0 = rl::advantage::grpo(&turn0, opts.advantage.eps).unwrap();
+    let want0 = rl::grpo(&turn0, opts.advantage.eps).unwrap();
     let turn1 = [rewards[0][1], rewards[1][1], rewards[3][1]];
-    let want1 = rl::advantage::grpo(&turn1, opts.advantage.eps).unwrap();
+    let want1 = rl::grpo(&turn1, opts.advantage.eps).unwrap();
     let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
     let p = &a.per_episode;
     assert!(

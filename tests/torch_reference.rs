@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use cudaperf::exec::torch::{runner_script, RUNNER_SOURCE};
+use cudaperf::exec::{runner_script, RUNNER_SOURCE};
 use cudaperf::exec::{
     ExecJob, JobParts, JobReference, RunnerCmd, RunnerReply, TorchMode, TorchReference,
 };

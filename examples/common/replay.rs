@@ -16,7 +16,7 @@ use cudaperf::reward::{
     presets::{self, CudaPerfWeights},
     Clip, Context, Evaluation, Evaluator, RankerReward, Reward, StructuralReward, Weighted,
 };
-use cudaperf::rl::advantage::{self, AdvantageOptions, Estimator};
+use cudaperf::rl::{self as advantage, AdvantageOptions, Estimator};
 use cudaperf::task::Task;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -13,11 +13,11 @@
 //!
 //! Without NVRTC the outcome is [`CompileOutcome::Unavailable`], never a panic.
 
-pub mod cache;
-pub mod include_guard;
+mod cache;
+mod include_guard;
 pub mod nvrtc;
 mod options;
-pub mod ptxas;
+mod ptxas;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -28,10 +28,12 @@ use std::time::Instant;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-pub use cache::{CacheEntry, CompileCache};
+pub use cache::{cache_key, CacheEntry, CompileCache};
 pub use include_guard::{allowed_includes_of, check_includes, ForbiddenInclude, ALLOWED_INCLUDES};
 pub use options::{valid_arch, CompileOptions, Invocation, PROGRAM_FILE};
-pub use ptxas::Resources;
+pub use ptxas::{
+    explain_silent_failure, parse_resources, strip_info, trim_log, Resources, MAX_STATIC_SMEM_BYTES,
+};
 
 use crate::candidate::Candidate;
 use crate::sandbox::Role;

@@ -19,12 +19,12 @@ mod harness;
 mod job;
 mod report;
 mod runner;
-pub mod secret;
+pub(crate) mod secret;
 mod settings;
 mod support;
 mod timed;
-pub mod timing;
-pub mod torch;
+mod timing;
+mod torch;
 mod values;
 
 pub use device::{table_bandwidth, table_peak_tflops};
@@ -44,6 +44,6 @@ pub(crate) use runner::RunnerHandler;
 /// The runner worker's wire messages (public for the worker protocol's tests only).
 #[doc(hidden)]
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerReply, ZeroRange};
-pub use secret::{fresh_secret, JobSecret};
+pub use secret::{derive_seed, fresh_secret, JobSecret};
 pub use settings::{CtxSched, GpuSettings};
-pub use torch::{ReferenceKind, TorchMode, TorchReference};
+pub use torch::{default_python, runner_script, ReferenceKind, TorchMode, TorchReference, RUNNER_SOURCE};

@@ -185,11 +185,6 @@ impl Schedule {
     pub fn next_batch(&mut self) -> u32 {
         self.rng.random_range(4..=12)
     }
-
-    /// Whether the candidate runs before the reference in the next pair.
-    pub fn candidate_first(&mut self) -> bool {
-        self.rng.random_bool(0.5)
-    }
 }
 
 #[cfg(test)]

@@ -77,14 +77,15 @@
 //! # Ok(()) }
 //! ```
 
-pub mod advantage;
+mod advantage;
 mod episode;
 mod feedback;
 mod safety;
 
 pub use advantage::{
-    advantages, noise_aware_rewards, scored_advantages, AdvantageOptions, DroppedGroup, Estimator,
-    GroupAdvantages, SpeedTermSelector, UnscoredPolicy,
+    advantages, discounted_returns, dr_grpo, equalize_overlapping, grpo, is_zero_variance,
+    noise_aware_rewards, noise_aware_rewards_with, rloo, scored_advantages, AdvantageOptions,
+    DroppedGroup, Estimator, GroupAdvantages, SpeedTermSelector, UnscoredPolicy,
 };
 pub use episode::{
     episode_advantages, Episode, EpisodeAdvantages, EpisodeOptions, Turn, TurnGrouping,

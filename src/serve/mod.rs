@@ -26,13 +26,13 @@
 //! # Ok::<(), cudaperf::serve::ServeError>(())
 //! ```
 
-pub mod api;
-pub mod http;
+mod api;
+mod http;
 mod listen;
-pub mod metrics;
-pub mod node;
+mod metrics;
+mod node;
 mod pool;
-pub mod queue;
+mod queue;
 mod request;
 mod reward_spec;
 mod score;
@@ -47,12 +47,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 pub use api::{
-    InlineTask, ItemResult, JobSpec, RewardSpec, ScoreResponse, TaskDetail, TaskRef, TaskSummary,
-    Weights,
+    ErrorBody, InlineTask, ItemResult, JobSpec, RewardSpec, ScoreResponse, TaskDetail, TaskRef,
+    TaskSummary, Timing, Weights,
 };
 pub use metrics::Metrics;
 pub use node::{node_main, run_node, NodeConfig};
-pub use queue::{QueueConfig, QueueStatus};
+pub use queue::{QueueConfig, QueueError, QueueStatus};
 pub use request::Limits;
 pub use reward_spec::{build_reward, SpecError, PRESET_NAMES};
 pub use score::{item_result, run_job, score_group, JobOutcome, PartialResults, StageTimes};
