@@ -17,9 +17,9 @@
 mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use cudaperf::reward::{
-    presets, Context, EvalOptions, Evaluator, Reward, RewardError, RewardReport, Stage, Submission,
-};
+use cudaperf::pipeline::report::RewardReport;
+use cudaperf::pipeline::{EvalOptions, Evaluator, Stage, Submission};
+use cudaperf::reward::{presets, Context, Reward, RewardError};
 use cudaperf::rl::{self, Episode, EpisodeOptions, FeedbackOptions, Turn};
 use cudaperf::task::Task;
 

@@ -6,7 +6,8 @@
 //! Without a GPU the GPU stages report `unavailable` and the reward says so instead of
 //! inventing a number; the CPU stages (extract, syntax, compile, structure, ranker) still run.
 
-use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, Submission};
+use cudaperf::pipeline::{EvalOptions, Evaluator, Submission};
+use cudaperf::reward::{presets, Context, Reward};
 use cudaperf::task::Task;
 
 const COMPLETION: &str = r#"Here is a version that lets each thread move four floats at once.

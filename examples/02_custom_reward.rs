@@ -11,10 +11,8 @@
 //! an error that says so, never a value computed from nothing. The last lines show it with a
 //! worker that does not exist.
 
-use cudaperf::reward::{
-    require, CompileReward, Context, EvalOptions, Evaluation, Evaluator, Gate, Reward, Stage,
-    StructuralReward, Submission, Weighted,
-};
+use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
+use cudaperf::reward::{require, CompileReward, Context, Gate, Reward, StructuralReward, Weighted};
 use cudaperf::task::Task;
 
 /// 1 − (most registers per thread of any kernel) / 255.

@@ -192,7 +192,7 @@ fn run(args: Args) -> Result<(), String> {
     let mut prewarmed = 0;
     for env in &train_envs {
         let mut seen = std::collections::HashSet::new();
-        let subs: Vec<cudaperf::reward::Submission> = env
+        let subs: Vec<cudaperf::pipeline::Submission> = env
             .spec
             .family
             .all_choices()
@@ -200,14 +200,14 @@ fn run(args: Args) -> Result<(), String> {
             .filter_map(|c| programs::render(env.spec.id, c).ok())
             .map(|p| p.completion())
             .filter(|c| seen.insert(c.clone()))
-            .map(cudaperf::reward::Submission::from_completion)
+            .map(cudaperf::pipeline::Submission::from_completion)
             .collect();
         prewarmed += subs.len();
         let upto = rewards
             .iter()
             .map(|r| r.needs(&cudaperf::reward::Context::new(&env.task, &evaluator)))
             .max()
-            .unwrap_or(cudaperf::reward::Stage::Correctness);
+            .unwrap_or(cudaperf::pipeline::Stage::Correctness);
         let _ = evaluator.evaluate_batch(&env.task, &subs, upto);
     }
     let prewarm_s = start.elapsed().as_secs_f64();

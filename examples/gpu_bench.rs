@@ -14,7 +14,8 @@
 use std::time::{Duration, Instant};
 
 use cudaperf::exec::ExecOptions;
-use cudaperf::reward::{EvalOptions, Evaluation, Evaluator, Reward, Stage, Submission};
+use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
+use cudaperf::reward::Reward;
 use cudaperf::task::Task;
 
 /// Kendall's tau between two scorings of the same members (pairs tied in either count as
@@ -151,10 +152,7 @@ fn rank_rows(e: &Evaluator, task: &Task) -> Vec<(String, String)> {
 /// Mean absolute change of each member's GRPO advantage (`rl::grpo` of the
 /// speedups) between two scorings of the same group: what the policy gradient would see move.
 fn advantage_change(a: &[f64], b: &[f64]) -> f64 {
-    match (
-        cudaperf::rl::grpo(a, 1e-6),
-        cudaperf::rl::grpo(b, 1e-6),
-    ) {
+    match (cudaperf::rl::grpo(a, 1e-6), cudaperf::rl::grpo(b, 1e-6)) {
         (Ok(za), Ok(zb)) => {
             za.iter().zip(&zb).map(|(x, y)| (x - y).abs()).sum::<f64>() / za.len().max(1) as f64
         }

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use cudaperf::reward::EvalOptions;
+use cudaperf::pipeline::EvalOptions;
 use cudaperf::serve::{ServeConfig, Server};
 
 struct Args {

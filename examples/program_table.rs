@@ -33,7 +33,7 @@ use std::time::Instant;
 use clap::Parser;
 use common::space::{self, Distinct, SpaceTask};
 use common::table;
-use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission, Verdict};
+use cudaperf::pipeline::{EvalOptions, Evaluator, Stage, Submission, Verdict};
 use cudaperf::task::Task;
 
 #[derive(Parser, Debug)]
@@ -470,19 +470,22 @@ fn refresh_ranker(path: &Path, out: &Path, fixtures: &Path, model: &Path) -> Res
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = rows.len().div_ceil(threads).max(1);
     let scorer = &scorer;
-    let stages: Vec<Result<cudaperf::reward::RankerScores, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = rows
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(|r| scorer.stage(r)).collect::<Vec<_>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| vec![Err("scoring thread panicked".into())])
-            })
-            .collect()
-    });
+    let stages: Vec<Result<cudaperf::pipeline::report::RankerScores, String>> =
+        std::thread::scope(|s| {
+            let handles: Vec<_> = rows
+                .chunks(chunk)
+                .map(|part| {
+                    s.spawn(move || part.iter().map(|r| scorer.stage(r)).collect::<Vec<_>>())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| vec![Err("scoring thread panicked".into())])
+                })
+                .collect()
+        });
     if stages.len() != rows.len() {
         return Err("ranker scoring lost rows (a thread panicked)".into());
     }

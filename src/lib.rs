@@ -6,7 +6,8 @@
 //! usable on its own, and composable.
 //!
 //! ```no_run
-//! use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, Submission};
+//! use cudaperf::reward::{presets, Context, Reward};
+//! use cudaperf::pipeline::{EvalOptions, Evaluator, Submission};
 //! use cudaperf::task::Task;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -60,7 +61,3 @@ pub mod task;
 pub mod timings;
 mod verdict;
 pub mod worker;
-
-pub use candidate::{Candidate, CandidateError};
-pub use reward::{Reward, RewardReport, Scored, Submission};
-pub use task::{Task, TaskError};

@@ -12,7 +12,7 @@ use crate::verdict::Verdict;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImplTiming {
     /// Verdict (`correct` for every usable entry), as
-    /// [`crate::reward::Stages::outcome`] decides it.
+    /// [`crate::pipeline::report::Stages::outcome`] decides it.
     pub verdict: Verdict,
     /// Why it is not correct, if so.
     #[serde(skip_serializing_if = "Option::is_none", default)]

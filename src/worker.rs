@@ -4,7 +4,7 @@
 //! Pools start workers as `<program> __cudaperf_worker <role>`: the `cudaperf` binary, or
 //! any program that links the crate and calls [`run_if_requested`] first thing in `main`
 //! (a trainer can then serve as its own worker: see
-//! [`crate::reward::EvalOptions::self_worker`]). The roles:
+//! [`crate::pipeline::EvalOptions::self_worker`]). The roles:
 //!
 //! | role | jobs | started by |
 //! |---|---|---|

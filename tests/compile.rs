@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use cudaperf::candidate::Candidate;
 use cudaperf::compile::{CompileOptions, CompileOutcome, Compiler, CompilerError, Isolation};
-use cudaperf::pipeline::{compile_stage_of, CompileStatus};
+use cudaperf::pipeline::compile_stage_of;
+use cudaperf::pipeline::report::CompileStatus;
 
 /// Options that run compiles in sandboxed workers started from the test's worker binary.
 fn sandboxed() -> CompileOptions {

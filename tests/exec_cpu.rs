@@ -5,14 +5,12 @@ mod common;
 
 use cudaperf::candidate::Candidate;
 use cudaperf::compile::{CompileOptions, Compiler, Isolation};
-use cudaperf::exec::{
-    ConfigCheck, CorrectnessStage, ExecJob, ExecResult, ExecStatus, JobParts, JobReference,
-    JobSide, Mismatch, TimingStage,
+use cudaperf::exec::{ExecJob, ExecResult, JobParts, JobReference, JobSide};
+use cudaperf::pipeline::report::{
+    ConfigCheck, CorrectnessStage, ExecStatus, Mismatch, TimingStage,
 };
-use cudaperf::reward::{
-    presets, Context, CorrectReward, EvalOptions, Evaluator, Reward, RewardError, Stage,
-    Submission, Verdict,
-};
+use cudaperf::pipeline::{EvalOptions, Evaluator, Stage, Submission, Verdict};
+use cudaperf::reward::{presets, Context, CorrectReward, Reward, RewardError};
 use cudaperf::task::Task;
 
 /// Guards the bug seen on the H200: an unwritten (NaN) output made the worker's answer

@@ -17,14 +17,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use cudaperf::compile::{CompileOptions, Isolation};
-use cudaperf::exec::{
-    ConfigCheck, CorrectnessStage, ExecOptions, ExecResult, ExecStatus, Executor, TimingStage,
-};
+use cudaperf::exec::{ExecOptions, ExecResult, Executor};
+use cudaperf::pipeline::report::CompileStatus;
+use cudaperf::pipeline::report::{ConfigCheck, CorrectnessStage, ExecStatus, TimingStage};
+use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission, Verdict};
 use cudaperf::reward::presets::{self, CudaPerfWeights, DhrclSchedule};
-use cudaperf::reward::{
-    CompileReward, CompileStatus, Context, EvalOptions, Evaluation, Evaluator, Reward, RewardError,
-    Stage, StructuralReward, Submission, Verdict,
-};
+use cudaperf::reward::{CompileReward, Context, Reward, RewardError, StructuralReward};
 use cudaperf::sandbox::WorkerSpec;
 use cudaperf::sandbox::{Role, WORKER_ARG};
 use cudaperf::task::Task;
@@ -772,9 +770,9 @@ fn no_worker_found_is_a_typed_error() {
         assert!(
             matches!(
                 err,
-                cudaperf::reward::EvalError::Compiler(cudaperf::compile::CompilerError::NoWorker(
-                    _
-                ))
+                cudaperf::pipeline::EvalError::Compiler(
+                    cudaperf::compile::CompilerError::NoWorker(_)
+                )
             ),
             "{err}"
         );

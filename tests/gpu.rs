@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cudaperf::exec::{ExecOptions, RunArg, RunLaunch, RunnerCmd, RunnerReply};
-use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission, Verdict};
+use cudaperf::pipeline::{EvalOptions, Evaluator, Stage, Submission, Verdict};
 use cudaperf::sandbox::{JobOutcome, Pool};
 use cudaperf::sandbox::{Role, WorkerCommand};
 use cudaperf::task::Task;
@@ -191,7 +191,7 @@ fn attack_manifest(dir: &str, files: &[&str]) -> (PathBuf, TimingManifest) {
 }
 
 /// Checks one attack's evaluation against its manifest entry; prints a table row.
-fn judge(c: &TimingCase, ev: &cudaperf::reward::Evaluation, failures: &mut Vec<String>) {
+fn judge(c: &TimingCase, ev: &cudaperf::pipeline::Evaluation, failures: &mut Vec<String>) {
     let v = ev.verdict();
     let timing = ev.stages.timing.as_ref();
     let detail = ev
@@ -409,7 +409,7 @@ fn timeouts_are_the_candidates_alone_and_in_group_jobs() {
     let started = std::time::Instant::now();
     let evals = e.evaluate_batch(&t, &group, Stage::Timing);
     let verdicts: Vec<Verdict> = evals.iter().map(|ev| ev.verdict()).collect();
-    let status = |ev: &cudaperf::reward::Evaluation| {
+    let status = |ev: &cudaperf::pipeline::Evaluation| {
         ev.stages
             .execute
             .as_ref()

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cudaperf::exec::{ExecOptions, ReferenceKind, TorchMode};
-use cudaperf::reward::{EvalOptions, Evaluation, Evaluator, Stage, Submission, Verdict};
+use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission, Verdict};
 use cudaperf::task::import::{import_problems, ImportOptions};
 use cudaperf::task::{Task, TaskLimits};
 

@@ -12,7 +12,7 @@ mod common;
 
 use cudaperf::analysis::{analyze, Features};
 use cudaperf::pipeline::check_syntax;
-use cudaperf::reward::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
+use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
 use cudaperf::task::Task;
 
 #[path = "../examples/common/programs/mod.rs"]

@@ -365,10 +365,9 @@ fn only_torch_originals_can_be_the_reference() {
     // is no preference (0), not a missing number that would make the whole reward
     // unavailable (the H200 run of 2026-12-02 found `cudaperf` unavailable on every imported
     // task); on a CUDA-reference task a ranker that could not score is still unavailable.
-    use cudaperf::reward::{
-        Context, EvalOptions, Evaluation, Evaluator, RankerReward, RankerStage, Reward, Stage,
-        Submission,
-    };
+    use cudaperf::pipeline::report::RankerStage;
+    use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
+    use cudaperf::reward::{Context, RankerReward, Reward};
     let evaluator = Evaluator::new(EvalOptions::default()).unwrap();
     let sub = Submission::from_source(
         "// @launch t grid=(1) block=(32)\n\
@@ -382,7 +381,7 @@ fn only_torch_originals_can_be_the_reference() {
     );
     let ctx = Context::new(&t, &evaluator);
     assert_eq!(RankerReward.value(&ctx, &eval).unwrap(), 0.0);
-    let failed = Evaluation::from_stages(cudaperf::reward::Stages {
+    let failed = Evaluation::from_stages(cudaperf::pipeline::report::Stages {
         ranker: Some(RankerStage::Failed {
             model: "<shipped ranker>".into(),
             error: "the model cannot be read".into(),

@@ -3,7 +3,8 @@
 
 mod common;
 
-use cudaperf::reward::{Context, EvalOptions, Evaluator, RankerReward, Reward, Stage, Submission};
+use cudaperf::pipeline::{EvalOptions, Evaluator, Stage, Submission};
+use cudaperf::reward::{Context, RankerReward, Reward};
 
 fn evaluator() -> Evaluator {
     // The default: the model embedded in the library, no file needed.

@@ -9,9 +9,9 @@
 #[path = "../examples/common/mod.rs"]
 mod excommon;
 
-use cudaperf::reward::{
-    presets, Context, EvalOptions, Evaluation, Evaluator, Reward, RewardReport, Stage, Submission,
-};
+use cudaperf::pipeline::report::RewardReport;
+use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
+use cudaperf::reward::{presets, Context, Reward};
 use excommon::replay::{self, Arm, ReplayConfig};
 use excommon::{replay_report, table};
 
@@ -112,7 +112,7 @@ fn ranker_columns_are_the_held_out_rankers() {
     let evaluator = Evaluator::new(o).unwrap();
     for id in ["matmul", "softmax_rows", "transpose"] {
         scorer.add_task(&fixtures, id).unwrap();
-        let task = cudaperf::Task::load(fixtures.join("tasks").join(id)).unwrap();
+        let task = cudaperf::task::Task::load(fixtures.join("tasks").join(id)).unwrap();
         let space = excommon::space::task(id).unwrap();
         // A correct row and a hazard row of the task.
         let picked: Vec<&table::Row> = [true, false]
@@ -232,7 +232,7 @@ fn stored_stages_score_through_the_presets() {
         .unwrap(),
     )
     .unwrap();
-    let task = cudaperf::Task::load(root().join("fixtures/tasks/softmax_rows")).unwrap();
+    let task = cudaperf::task::Task::load(root().join("fixtures/tasks/softmax_rows")).unwrap();
     let evaluator = Evaluator::new(EvalOptions {
         no_gpu: true,
         ..EvalOptions::default()
@@ -248,7 +248,7 @@ fn stored_stages_score_through_the_presets() {
     let back: table::Row = serde_json::from_str(&line).unwrap();
     let mut full = Vec::new();
     for e in [direct, back.evaluation()] {
-        assert_eq!(e.verdict(), cudaperf::reward::Verdict::Correct);
+        assert_eq!(e.verdict(), cudaperf::pipeline::Verdict::Correct);
         // Kevin: 0.3 · correct + speedup.
         let k = presets::kevin().value(&ctx, &e).unwrap();
         assert!((k - (0.3 + speedup)).abs() < 1e-12, "{k}");

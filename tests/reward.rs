@@ -7,12 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudaperf::compile::{CompiledModule, Isolation, Resources};
-use cudaperf::exec::{CorrectnessStage, ExecStatus, ExecuteStage, TimingStage};
+use cudaperf::pipeline::report::{
+    CompileEnd, CompileStage, CompileStatus, ExtractErrorKind, ExtractStage, SyntaxStage,
+};
+use cudaperf::pipeline::report::{CorrectnessStage, ExecStatus, ExecuteStage, TimingStage};
+use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission};
 use cudaperf::reward::presets::{self, CudaPerfWeights, DhrclSchedule};
 use cudaperf::reward::{
-    Clip, CompileEnd, CompileStage, CompileStatus, Context, EvalOptions, Evaluation, Evaluator,
-    ExtractErrorKind, ExtractStage, Gate, Map, Result, Reward, RewardError, RooflineReward,
-    SpeedupReward, Stage, Staged, Submission, SyntaxStage, Weighted,
+    Clip, Context, Gate, Map, Result, Reward, RewardError, RooflineReward, SpeedupReward, Staged,
+    Weighted,
 };
 use cudaperf::task::Task;
 use proptest::prelude::*;
@@ -679,7 +682,8 @@ fn install_worker(target: &std::path::Path, path: &std::path::Path) {
 #[test]
 fn a_compile_worker_that_fails_then_works_rescores_the_same_completion() {
     use cudaperf::compile::CompileOptions;
-    use cudaperf::reward::{CompileReward, RewardError, Verdict};
+    use cudaperf::pipeline::Verdict;
+    use cudaperf::reward::{CompileReward, RewardError};
     require_nvrtc!();
     let dir = tempfile::tempdir().unwrap();
     let worker = dir.path().join("compile-worker"); // not there yet
@@ -748,7 +752,8 @@ fn a_compile_worker_that_fails_then_works_rescores_the_same_completion() {
 #[test]
 fn a_gpu_worker_that_fails_then_works_rescores_the_same_completion() {
     use cudaperf::exec::{ExecResult, Executor};
-    use cudaperf::reward::{RewardError, Verdict};
+    use cudaperf::pipeline::Verdict;
+    use cudaperf::reward::RewardError;
     use cudaperf::sandbox::WorkerSpec;
     use cudaperf::sandbox::{Role, WORKER_ARG};
     require_nvrtc!();
@@ -909,9 +914,10 @@ fn our_failures() -> Vec<(&'static str, Evaluation, Stage)> {
 /// reward returned 0 with a worker that could not start).
 #[test]
 fn require_refuses_stages_missing_for_our_reasons() {
+    use cudaperf::pipeline::Verdict;
     use cudaperf::reward::{
         require, CompileReward, CorrectReward, OutcomeLadder, PassRateReward, RewardError,
-        SpeedupReward, StructuralReward, Verdict,
+        SpeedupReward, StructuralReward,
     };
     let c = ctx(0);
     for (label, eval, missing) in our_failures() {
@@ -975,7 +981,7 @@ fn require_refuses_stages_missing_for_our_reasons() {
         speedup: 2.0,
         implausible: false,
     });
-    no_model.stages.ranker = Some(cudaperf::reward::RankerStage::Failed {
+    no_model.stages.ranker = Some(cudaperf::pipeline::report::RankerStage::Failed {
         model: "/nowhere/model".into(),
         error: "cannot read /nowhere/model/config.json".into(),
     });

@@ -10,10 +10,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use cudaperf::exec::{CorrectnessStage, ExecuteStage, TimingStage};
-use cudaperf::reward::{
-    presets, Context, EvalOptions, Evaluator, Reward, RewardError, RewardReport, Stage, Submission,
-};
+use cudaperf::pipeline::report::RewardReport;
+use cudaperf::pipeline::report::{CorrectnessStage, ExecuteStage, TimingStage};
+use cudaperf::pipeline::{EvalOptions, Evaluator, Stage, Submission};
+use cudaperf::reward::{presets, Context, Reward, RewardError};
 use cudaperf::rl::{self, Episode, FeedbackOptions, Turn};
 use cudaperf::task::Task;
 
@@ -218,9 +218,9 @@ fn feedback_never_contradicts_a_measurement() {
         let verdict = report.verdict;
         let may_work = matches!(
             verdict,
-            cudaperf::reward::Verdict::Correct
-                | cudaperf::reward::Verdict::Compiled
-                | cudaperf::reward::Verdict::Unavailable
+            cudaperf::pipeline::Verdict::Correct
+                | cudaperf::pipeline::Verdict::Compiled
+                | cudaperf::pipeline::Verdict::Unavailable
         );
         if report.stages.timing.is_some() || !may_work {
             assert!(ranker.is_none(), "{name}: {ranker:?}");
@@ -381,7 +381,10 @@ fn every_program_compiles_or_fails_as_intended() {
                         p.source
                     );
                     assert!(
-                        matches!(status, Some(cudaperf::exec::ExecStatus::Unavailable { .. })),
+                        matches!(
+                            status,
+                            Some(cudaperf::pipeline::report::ExecStatus::Unavailable { .. })
+                        ),
                         "{what}: {status:?}"
                     );
                     let kernels = e.features.as_ref().map_or(0, |f| f.kernels.len());
@@ -400,7 +403,7 @@ fn every_program_compiles_or_fails_as_intended() {
                 Expect::InvalidLaunch(text) => {
                     assert!(compile.is_compiled(), "{what}: {}", compile.log);
                     match status {
-                        Some(cudaperf::exec::ExecStatus::InvalidLaunch { reason }) => {
+                        Some(cudaperf::pipeline::report::ExecStatus::InvalidLaunch { reason }) => {
                             assert!(reason.contains(text), "{what}: {reason}")
                         }
                         other => panic!("{what}: expected an invalid launch, got {other:?}"),

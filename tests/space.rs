@@ -6,8 +6,8 @@
 #[allow(dead_code)]
 mod space;
 
-use cudaperf::reward::Verdict;
-use cudaperf::reward::{EvalOptions, Evaluator, Stage, Submission};
+use cudaperf::pipeline::Verdict;
+use cudaperf::pipeline::{EvalOptions, Evaluator, Stage, Submission};
 use cudaperf::task::Task;
 
 fn root() -> std::path::PathBuf {

@@ -8,7 +8,7 @@ use burn::nn::Linear;
 use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::activation::{log_softmax, relu};
 use burn::tensor::{Device, Tensor, TensorData};
-use cudaperf::reward::RewardReport;
+use cudaperf::pipeline::report::RewardReport;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

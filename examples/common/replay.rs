@@ -12,9 +12,10 @@
 
 use std::collections::HashMap;
 
+use cudaperf::pipeline::{Evaluation, Evaluator};
 use cudaperf::reward::{
     presets::{self, CudaPerfWeights},
-    Clip, Context, Evaluation, Evaluator, RankerReward, Reward, StructuralReward, Weighted,
+    Clip, Context, RankerReward, Reward, StructuralReward, Weighted,
 };
 use cudaperf::rl::{self as advantage, AdvantageOptions, Estimator};
 use cudaperf::task::Task;

@@ -1,10 +1,10 @@
 //! The rewards the examples train with: the crate's presets on a GPU, and a static reward
 //! (compile + launch plan + structure + ranker) that needs no GPU, so CI can run the loop.
 
-use cudaperf::exec::ExecStatus;
-use cudaperf::reward::{
-    presets, Context, Evaluation, Reward, RewardError, RewardReport, Stage, StructuralReward, Term,
-};
+use cudaperf::pipeline::report::ExecStatus;
+use cudaperf::pipeline::report::{RewardReport, Term};
+use cudaperf::pipeline::{Evaluation, Stage};
+use cudaperf::reward::{presets, Context, Reward, RewardError, StructuralReward};
 
 /// The static reward: what can be known without running the kernel.
 ///
@@ -88,7 +88,7 @@ impl Reward for StaticReward {
             .stages
             .compile
             .as_ref()
-            .filter(|c| c.status() == cudaperf::pipeline::CompileStatus::Unavailable)
+            .filter(|c| c.status() == cudaperf::pipeline::report::CompileStatus::Unavailable)
         {
             return Err(RewardError::Unavailable {
                 reward: self.name(),

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cudaperf::reward::{Context, Evaluator, Reward, RewardReport, Stage, Submission};
+use cudaperf::pipeline::report::RewardReport;
+use cudaperf::pipeline::{Evaluator, Stage, Submission};
+use cudaperf::reward::{Context, Reward};
 use cudaperf::rl::{self, Episode, EpisodeOptions, Turn};
 use cudaperf::task::Task;
 use rand::rngs::SmallRng;

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cudaperf::reward::{EvalOptions, Evaluator};
+use cudaperf::pipeline::{EvalOptions, Evaluator};
 
 /// The fixtures folder: `explicit`, else `./fixtures`, else `$CARGO_MANIFEST_DIR/fixtures`
 /// (read at run time), else the checkout this binary was built from.

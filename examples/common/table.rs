@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use cudaperf::reward::{Evaluation, RankerScores, RankerStage, Stages, Verdict};
+use cudaperf::pipeline::report::{RankerScores, RankerStage, Stages};
+use cudaperf::pipeline::{Evaluation, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::space;
@@ -434,7 +435,7 @@ pub fn set_ranker(r: &mut Row, scores: RankerScores) {
 /// structure stage's features, terms and occupancy, the device description) and read back
 /// as empty values (no device), so that a row is about a kilobyte rather than three.
 mod compact {
-    use cudaperf::reward::Stages;
+    use cudaperf::pipeline::report::Stages;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use serde_json::Value;
 

@@ -1,7 +1,7 @@
 //! Compile stage: NVRTC to a cubin, resource usage from ptxas, a content-addressed cache.
 //!
 //! Candidate source is untrusted. Before NVRTC sees it, `#include` directives are checked
-//! against [`ALLOWED_INCLUDES`] (see [`include_guard`]), and NVRTC searches only the CUDA
+//! against [`ALLOWED_INCLUDES`] (see [`check_includes`]), and NVRTC searches only the CUDA
 //! include folder (see [`Invocation`]): a host file outside it cannot be read into a compile,
 //! and the CUDA headers' own relative includes (`crt/mma.h` → `"mma.hpp"`) resolve the way
 //! they do under nvcc. An allowlisted header that this installation cannot compile is ours,

@@ -17,7 +17,7 @@ mod executor;
 mod fdpass;
 mod harness;
 mod job;
-mod report;
+pub(crate) mod report;
 mod runner;
 pub(crate) mod secret;
 mod settings;
@@ -39,11 +39,16 @@ pub use job::{
     fills_of, BuildError, ConfigValues, ExecJob, Fill, JobBuffer, JobConfig, JobModule, JobParam,
     JobParts, JobReference, JobRegime, JobSide, TimingOptions, ValuesError, JOB_HEADROOM_MS,
 };
-pub use report::*;
+pub(crate) use report::{ConfigCheck, ExecStatus, ExecuteStage, TimingStage};
+/// The wire message of a GPU job's member; its stages are the report's
+/// ([`crate::pipeline::report`]).
+pub use report::{ExecResult, PROTOCOL_VERSION};
 pub(crate) use runner::RunnerHandler;
 /// The runner worker's wire messages (public for the worker protocol's tests only).
 #[doc(hidden)]
 pub use runner::{RunArg, RunLaunch, RunnerCmd, RunnerReply, ZeroRange};
 pub use secret::{derive_seed, fresh_secret, JobSecret};
 pub use settings::{CtxSched, GpuSettings};
-pub use torch::{default_python, runner_script, ReferenceKind, TorchMode, TorchReference, RUNNER_SOURCE};
+pub use torch::{
+    default_python, runner_script, ReferenceKind, TorchMode, TorchReference, RUNNER_SOURCE,
+};

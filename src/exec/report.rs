@@ -187,7 +187,7 @@ pub struct PrecisionProbe {
     pub ratio: f64,
     /// Whether the reference's outputs moved enough for the ratio to mean something.
     pub judged: bool,
-    /// Not judged, or ratio within [`PRECISION_PROBE_LIMIT`].
+    /// Not judged, or ratio within `PRECISION_PROBE_LIMIT` (0.5).
     pub passed: bool,
 }
 

@@ -48,7 +48,7 @@ impl EvalOptions {
     /// `cudaperf` binary beside it.
     ///
     /// ```no_run
-    /// use cudaperf::reward::{EvalOptions, Evaluator};
+    /// use cudaperf::pipeline::{EvalOptions, Evaluator};
     /// fn main() -> Result<(), Box<dyn std::error::Error>> {
     ///     cudaperf::worker::run_if_requested(); // returns at once unless started as a worker
     ///     let evaluator = Evaluator::new(EvalOptions::self_worker()?)?;

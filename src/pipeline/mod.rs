@@ -31,7 +31,7 @@ mod compile;
 mod error;
 mod evaluation;
 mod evaluator;
-pub mod extract;
+mod extract;
 mod gpu;
 mod ranker;
 pub mod report;
@@ -43,13 +43,9 @@ pub use compile::stage_of as compile_stage_of;
 pub use error::{EvalError, NoExecutor, NoRanker};
 pub use evaluation::{Evaluation, StageUnavailable};
 pub use evaluator::{EvalOptions, Evaluator};
-pub use extract::{select_configs, timing_config, Plan, Submission};
+pub use extract::{select_configs, Plan, Submission};
 pub use gpu::MAX_JOB_MEMBERS;
 pub use ranker::RANKER_MODEL_ENV;
-pub use report::{
-    CompileEnd, CompileStage, CompileStatus, ExtractErrorKind, ExtractStage, LaunchOccupancy,
-    RankerScores, RankerStage, RewardReport, Stages, StructureStage, SyntaxStage, Term,
-};
 pub use structure::{stage_from as structure_stage_from, static_occupancy};
 pub use syntax::check_syntax;
 pub use verdict::{Outcome, Verdict};

@@ -42,7 +42,8 @@ impl Stages {
     /// `compiled`, which say the reward stopped before it).
     ///
     /// ```
-    /// use cudaperf::reward::{Stage, Stages, Verdict};
+    /// use cudaperf::pipeline::{Stage, Verdict};
+    /// use cudaperf::pipeline::report::Stages;
     /// let none = Stages::default(); // nothing extracted
     /// let o = none.outcome(Stage::Timing);
     /// assert_eq!(o.verdict, Verdict::ExtractError);

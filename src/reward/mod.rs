@@ -26,17 +26,9 @@ pub use stages::{
 };
 pub use structure::{features_of, StructuralReward};
 
-// The pipeline and its report, where trainers have always found them.
-pub use crate::pipeline::report::{
-    CompileEnd, CompileStage, CompileStatus, CorrectnessStage, ExecuteStage, ExtractErrorKind,
-    ExtractStage, LaunchOccupancy, RankerScores, RankerStage, RewardReport, Stages, StructureStage,
-    SyntaxStage, Term, TimingStage,
-};
-pub use crate::pipeline::{
-    static_occupancy, EvalError, EvalOptions, Evaluation, Evaluator, Outcome, Stage,
-    StageUnavailable, Submission, Verdict,
-};
-
+// What the rewards read (private: their public paths are the pipeline's).
+use crate::pipeline::report::{CompileStatus, RankerStage, RewardReport, Term, TimingStage};
+use crate::pipeline::{Evaluation, Evaluator, Stage, StageUnavailable, Submission, Verdict};
 use crate::task::Task;
 use serde::{Deserialize, Serialize};
 
@@ -130,7 +122,8 @@ pub type Result<T> = std::result::Result<T, RewardError>;
 /// A custom reward in a few lines; [`require`] first, so that a stage that could not run
 /// here (a compile worker that cannot start, no NVRTC) is an error, never a made-up value:
 /// ```
-/// use cudaperf::reward::{require, Context, Evaluation, Reward, Stage};
+/// use cudaperf::reward::{require, Context, Reward};
+/// use cudaperf::pipeline::{Evaluation, Stage};
 /// struct FewRegisters;
 /// impl Reward for FewRegisters {
 ///     fn name(&self) -> String { "few_registers".into() }
@@ -141,7 +134,7 @@ pub type Result<T> = std::result::Result<T, RewardError>;
 ///         Ok(regs.map_or(0.0, |r| 1.0 - f64::from(r.min(255)) / 255.0))
 ///     }
 /// }
-/// # use cudaperf::reward::{EvalOptions, Evaluator, Submission, Verdict};
+/// # use cudaperf::pipeline::{EvalOptions, Evaluator, Submission, Verdict};
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let task = cudaperf::task::Task::load(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tasks/vector_add"))?;
 /// // With a compile worker that cannot start, the reward is an error, not a value of 0.
@@ -246,7 +239,8 @@ impl<R: Reward + ?Sized> Reward for std::sync::Arc<R> {
 /// compile error, a fault): the reward scores that failure.
 ///
 /// ```
-/// use cudaperf::reward::{require, Context, Evaluation, Reward, Stage};
+/// use cudaperf::reward::{require, Context, Reward};
+/// use cudaperf::pipeline::{Evaluation, Stage};
 /// struct PassedFirstConfig;
 /// impl Reward for PassedFirstConfig {
 ///     fn name(&self) -> String { "passed_first_config".into() }

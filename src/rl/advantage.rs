@@ -34,7 +34,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Result, RlError};
-use crate::reward::RewardReport;
+use crate::pipeline::report::RewardReport;
 
 /// How a group's rewards become advantages (see the module table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]

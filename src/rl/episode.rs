@@ -6,7 +6,8 @@ use super::advantage::{self, AdvantageOptions, DroppedGroup, UnscoredPolicy};
 use super::feedback::{feedback, next_turn_prompt, FeedbackOptions};
 use super::{Result, RlError};
 use crate::candidate::extract_code;
-use crate::reward::{RewardReport, Scored};
+use crate::pipeline::report::RewardReport;
+use crate::reward::Scored;
 use crate::task::Task;
 
 /// One turn: what the policy wrote, the report of its evaluation, and the reward used for

@@ -11,7 +11,7 @@
 //!   or a single-thread section) — ordered by importance and bounded in length; it never
 //!   contradicts a measurement. [`next_turn_prompt`] puts it after the task prompt and the
 //!   previous code.
-//! * [`advantage`]: GRPO, Dr. GRPO and RLOO advantages of a group, discounted multi-turn
+//! * advantages ([`grpo`], [`dr_grpo`], [`rloo`], [`advantages`]): GRPO, Dr. GRPO and RLOO advantages of a group, discounted multi-turn
 //!   returns, dropping zero-variance groups (DAPO's dynamic sampling), and
 //!   [`noise_aware_rewards`], which gives candidates whose speedup intervals overlap the same
 //!   speed term, so timing noise cannot create advantage; [`scored_advantages`] for groups
@@ -22,7 +22,7 @@
 //!
 //! ```
 //! use cudaperf::rl::{advantage, Episode, Turn};
-//! use cudaperf::RewardReport;
+//! use cudaperf::pipeline::report::RewardReport;
 //!
 //! // A group of two 2-turn episodes with their per-turn rewards.
 //! let mut group = Vec::new();
@@ -46,7 +46,8 @@
 //! A two-turn GRPO group with a policy of your own (an LLM behind `policy`):
 //!
 //! ```no_run
-//! use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, Submission};
+//! use cudaperf::reward::{presets, Context, Reward};
+//! use cudaperf::pipeline::{EvalOptions, Evaluator, Submission};
 //! use cudaperf::rl::{self, Episode, EpisodeOptions, FeedbackOptions, Turn};
 //! use cudaperf::task::Task;
 //!

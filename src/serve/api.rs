@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::reward::Verdict;
+use crate::pipeline::Verdict;
 
 /// A task given in the request body instead of by id: the `task.toml` text and the files
 /// it names.
@@ -134,7 +134,7 @@ pub struct JobSpec {
 pub struct ItemResult {
     /// Position in the request's `completions`.
     pub index: usize,
-    /// The verdict (see above), as [`crate::reward::Stages::outcome`] decides it.
+    /// The verdict (see above), as [`crate::pipeline::report::Stages::outcome`] decides it.
     pub verdict: Verdict,
     /// The reward, or `null` when none could be computed.
     pub value: Option<f64>,

@@ -3,12 +3,12 @@
 //! over many GPU hosts.
 //!
 //! * [`run_server`] (or [`Server::start`] in-process) answers `POST /v1/score` and the
-//!   other routes of [`http`]. Without a queue it scores in this process: a bounded queue
+//!   other routes (docs/server.md). Without a queue it scores in this process: a bounded queue
 //!   of jobs in front of a few blocking threads that share one
-//!   [`crate::reward::Evaluator`] (its compile cache and GPU worker pools), so
+//!   [`crate::pipeline::Evaluator`] (its compile cache and GPU worker pools), so
 //!   many trainers share one pipeline and the async reactor never blocks.
 //! * With [`QueueConfig`] the server puts each job on a Redis Stream and
-//!   [`run_node`] on every GPU host consumes it (see [`queue`] for the protocol:
+//!   [`run_node`] on every GPU host consumes it (see [`QueueConfig`] for the protocol:
 //!   consumer groups, reclaim of a dead node's jobs, idempotent results).
 //!
 //! A trainer's group is scored together ([`score_group`]); results follow the order of
@@ -58,7 +58,7 @@ pub use reward_spec::{build_reward, SpecError, PRESET_NAMES};
 pub use score::{item_result, run_job, score_group, JobOutcome, PartialResults, StageTimes};
 pub use tasks::{load_inline, load_inline_with, TaskRefError, TaskStore};
 
-use crate::reward::{EvalOptions, Evaluator};
+use crate::pipeline::{EvalOptions, Evaluator};
 use http::{AppState, Backend};
 use pool::LocalPool;
 

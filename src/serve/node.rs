@@ -21,7 +21,7 @@ use super::reward_spec::build_reward;
 use super::score::{ms_until, run_job, unavailable_items, JobOutcome};
 use super::tasks::TaskStore;
 use super::ServeError;
-use crate::reward::{EvalOptions, Evaluator, Verdict};
+use crate::pipeline::{EvalOptions, Evaluator, Verdict};
 
 /// Settings of a node.
 #[derive(Debug, Clone)]

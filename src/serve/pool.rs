@@ -11,7 +11,8 @@ use tokio::sync::oneshot;
 use super::api::JobSpec;
 use super::metrics::Metrics;
 use super::score::{run_job, JobOutcome, PartialResults};
-use crate::reward::{Evaluator, Reward};
+use crate::pipeline::Evaluator;
+use crate::reward::Reward;
 use crate::task::Task;
 
 /// One accepted job and where its answer goes.

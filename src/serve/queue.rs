@@ -1,19 +1,5 @@
-//! The Redis Streams queue between `cudaperf serve` and the `cudaperf node`s.
-//!
-//! * `serve` adds each job (one request's group) to the stream `<prefix>:jobs`
-//!   (`XADD`, fields `job` = id and `payload` = the [`JobSpec`] as JSON) and waits for its
-//!   answer.
-//! * Nodes read the stream in the consumer group `nodes` (`XREADGROUP`, one job at a time
-//!   per consumer), score the job, store the result under `<prefix>:result:<job id>` with
-//!   `SET NX` (the first result wins: results are idempotent), announce it on
-//!   `<prefix>:results`, then `XACK` and `XDEL` the job.
-//! * While a node works on a job it renews its claim (`XCLAIM … JUSTID`); the jobs of a
-//!   node that died stay pending and idle, and after the visibility timeout another node
-//!   takes them over with `XAUTOCLAIM` and runs them again. A job delivered more than
-//!   `max_deliveries` times is answered `crashed` instead of being run again.
-//! * `serve` answers each job once: the first result it sees (on `<prefix>:results`, or by
-//!   reading the result key for jobs waiting longer than a second) removes the waiter.
-//!   When Redis comes back after an outage, jobs it lost are added again.
+//! The Redis Streams queue between `cudaperf serve` and the `cudaperf node`s; the
+//! protocol is on [`QueueConfig`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,7 +16,23 @@ use super::metrics::Metrics;
 use super::score::{unavailable_items, JobOutcome};
 use super::ServeError;
 
-/// Where the queue is and how it behaves.
+/// Where the queue is and how it behaves. The protocol (`cudaperf serve` and the
+/// `cudaperf node`s):
+///
+/// * `serve` adds each job (one request's group) to the stream `<prefix>:jobs`
+///   (`XADD`, fields `job` = id and `payload` = the [`JobSpec`] as JSON) and waits for its
+///   answer.
+/// * Nodes read the stream in the consumer group `nodes` (`XREADGROUP`, one job at a time
+///   per consumer), score the job, store the result under `<prefix>:result:<job id>` with
+///   `SET NX` (the first result wins: results are idempotent), announce it on
+///   `<prefix>:results`, then `XACK` and `XDEL` the job.
+/// * While a node works on a job it renews its claim (`XCLAIM … JUSTID`); the jobs of a
+///   node that died stay pending and idle, and after the visibility timeout another node
+///   takes them over with `XAUTOCLAIM` and runs them again. A job delivered more than
+///   `max_deliveries` times is answered `crashed` instead of being run again.
+/// * `serve` answers each job once: the first result it sees (on `<prefix>:results`, or by
+///   reading the result key for jobs waiting longer than a second) removes the waiter.
+///   When Redis comes back after an outage, jobs it lost are added again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueConfig {
     /// `redis://host:port[/db]`.

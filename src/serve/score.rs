@@ -7,10 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::api::{ItemResult, JobSpec};
 use crate::exec::ExecStatus;
-use crate::reward::{
-    Context, Evaluation, Evaluator, Reward, RewardError, RewardReport, Scored, Stage, Stages,
-    Submission, Verdict,
-};
+use crate::pipeline::report::{RewardReport, Stages};
+use crate::pipeline::{Evaluation, Evaluator, Stage, Submission, Verdict};
+use crate::reward::{Context, Reward, RewardError, Scored};
 use crate::task::Task;
 
 /// What a worker or node sends back for a job.
@@ -334,7 +333,7 @@ mod tests {
     #[test]
     fn the_server_verdict_is_the_report_verdict_without_a_compile_stage() {
         let stages = Stages {
-            extract: crate::reward::ExtractStage::Extracted {
+            extract: crate::pipeline::report::ExtractStage::Extracted {
                 kernels: vec!["k".into()],
                 launches: 1,
             },

@@ -200,6 +200,6 @@ pub fn write_task(toml: &str, omit: &[&str]) -> (tempfile::TempDir, PathBuf) {
 }
 
 /// Loads a task folder written by [`write_task`].
-pub fn load_task(dir: &Path, limits: &TaskLimits) -> Result<Task, cudaperf::TaskError> {
+pub fn load_task(dir: &Path, limits: &TaskLimits) -> Result<Task, cudaperf::task::TaskError> {
     Task::load_with(dir, limits)
 }

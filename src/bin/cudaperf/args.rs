@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cudaperf::compile::{CompileOptions, CompilerError, Isolation};
-use cudaperf::reward::{EvalError, EvalOptions, Evaluator};
+use cudaperf::pipeline::{EvalError, EvalOptions, Evaluator};
 
 /// A flag value that is not the kind of number the flag takes.
 #[derive(Debug, thiserror::Error)]

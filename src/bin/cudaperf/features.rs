@@ -7,7 +7,8 @@ use cudaperf::analysis::{AnalysisError, DeviceSpec, SourceTree, DEVICES};
 use cudaperf::candidate::{Candidate, ResolvedLaunch, ResolvedPlan};
 use cudaperf::compile::{Compiler, CompilerError};
 use cudaperf::expr::Expr;
-use cudaperf::reward::{EvalOptions, LaunchOccupancy, Stage, StructureStage, Submission};
+use cudaperf::pipeline::report::{LaunchOccupancy, StructureStage};
+use cudaperf::pipeline::{EvalOptions, Stage, Submission};
 
 use crate::args::{evaluator, CompileArgs, EvaluatorError};
 use crate::input::{self, InputError, TaskArgError};

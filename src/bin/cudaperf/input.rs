@@ -4,7 +4,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use cudaperf::reward::Submission;
+use cudaperf::pipeline::Submission;
 use cudaperf::task::{Task, TaskError};
 
 /// Most bytes read from one candidate file or standard input; the extract stage refuses

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cudaperf::reward::{EvalOptions, Evaluation, Evaluator, Stage, Submission, Verdict};
+use cudaperf::pipeline::{EvalOptions, Evaluation, Evaluator, Stage, Submission, Verdict};
 use cudaperf::task::Task;
 use cudaperf::timings::{ImplTiming, TaskTimings, Timings};
 

@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use cudaperf::exec::TorchMode;
-use cudaperf::reward::{presets, Context, EvalOptions, Reward, RewardReport, Submission, Verdict};
+use cudaperf::pipeline::report::RewardReport;
+use cudaperf::pipeline::{EvalOptions, Submission, Verdict};
+use cudaperf::reward::{presets, Context, Reward};
 
 use crate::args::{evaluator, whole, CompileArgs, EvaluatorError, LimitArgError, LimitArgs};
 use crate::input::{self, InputError, TaskArgError};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cudaperf::reward::EvalOptions;
+use cudaperf::pipeline::EvalOptions;
 use cudaperf::serve::{Limits, QueueConfig, ServeConfig, ServeError};
 
 use crate::args::{duration, CompileArgs, DurationError, LimitArgError, LimitArgs};

@@ -63,7 +63,7 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
         .filter(|t| t.kind == TaskKind::Torch2cuda)
         .map(|t| {
             let all: Vec<usize> = (0..t.configs.len()).collect();
-            (t, &t.configs[cudaperf::pipeline::timing_config(t, &all)])
+            (t, &t.configs[cudaperf::task::timing_config(t, &all)])
         })
         .collect();
     // 2 x the H200's 60 MiB L2, as the timing protocol flushes; 20 s per module at most.

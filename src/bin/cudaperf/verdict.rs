@@ -4,7 +4,8 @@
 //! The library owns this decision (`Stages::outcome`, one verdict authority for the report,
 //! the server, the CLI and the feedback).
 
-use cudaperf::reward::{Stage, Stages};
+use cudaperf::pipeline::report::Stages;
+use cudaperf::pipeline::Stage;
 
 /// The first stage that failed and why, in one line, as the library's one verdict
 /// authority (`Stages::outcome`) words it; `not run` when nothing failed and nothing ran.

@@ -120,7 +120,7 @@ pub enum RunnerCmd {
     },
     /// Frees every buffer and unloads the module.
     Reset,
-    /// Builds a PyTorch reference's module (PyTorch runners only, [`super::torch`]).
+    /// Builds a PyTorch reference's module (PyTorch runners only, [`crate::exec::TorchReference`]).
     LoadTorch {
         /// The original's source.
         source: String,

@@ -21,15 +21,16 @@
 //! ```
 //!
 //! The GPU stages' types (`execute`, `correctness`, `timing`) are defined by the device side
-//! ([`crate::exec`]) and re-exported here.
+//! (`exec`, which sends them from its workers) and have their one public path here. Every
+//! type of the report has one public path: this module.
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::analysis::Limiter;
-pub use crate::compile::{Isolation, Resources};
-pub use crate::exec::{
+use crate::analysis::Limiter;
+use crate::compile::{Isolation, Resources};
+pub use crate::exec::report::{
     ConfigCheck, CorrectnessStage, DeviceInfo, ExecStatus, ExecuteStage, KernelOccupancy, Mismatch,
-    TimingStage,
+    PrecisionProbe, RegimeCheck, TimingStage,
 };
 
 use super::Verdict;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::reward::Term;
+use crate::pipeline::report::Term;
 
 fn close(a: &[f64], b: &[f64]) {
     assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
@@ -139,7 +139,7 @@ fn report(value: f64, speed_term: f64, ci: Option<[f64; 2]>, implausible: bool) 
     RewardReport {
         value,
         reward: "cudaperf".into(),
-        verdict: crate::reward::Verdict::Correct,
+        verdict: crate::pipeline::Verdict::Correct,
         terms: vec![
             Term {
                 name: "outcome".into(),
@@ -152,7 +152,7 @@ fn report(value: f64, speed_term: f64, ci: Option<[f64; 2]>, implausible: bool) 
                 value: speed_term,
             },
         ],
-        stages: crate::reward::Stages {
+        stages: crate::pipeline::report::Stages {
             timing,
             ..Default::default()
         },

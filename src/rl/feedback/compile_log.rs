@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::reward::{CompileStatus, RewardReport};
+use crate::pipeline::report::{CompileStatus, RewardReport};
 
 use super::text::truncate_chars;
 

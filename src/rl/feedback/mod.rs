@@ -16,7 +16,7 @@
 //! ```
 //! use cudaperf::rl::{feedback, FeedbackOptions};
 //! use cudaperf::task::Task;
-//! use cudaperf::RewardReport;
+//! use cudaperf::pipeline::report::RewardReport;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let task = Task::load(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tasks/vector_add"))?;
 //! let report = RewardReport { value: -1.0, ..Default::default() }; // nothing extracted
@@ -30,7 +30,8 @@ use std::fmt::{self, Write};
 use serde::{Deserialize, Serialize};
 
 use crate::exec::TimingStage;
-use crate::reward::{RewardReport, Stage, Verdict};
+use crate::pipeline::report::RewardReport;
+use crate::pipeline::{Stage, Verdict};
 use crate::task::Task;
 
 mod compile_log;

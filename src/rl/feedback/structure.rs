@@ -3,7 +3,8 @@
 //! opinion where speed was not measured.
 
 use crate::analysis::{AccessClass, AccessKind, Features, KernelFeatures, Span};
-use crate::reward::{RankerStage, Stages, Verdict};
+use crate::pipeline::report::{RankerStage, Stages};
+use crate::pipeline::Verdict;
 
 use super::kind::{priority, ItemKind};
 use super::text::LineIndex;

@@ -4,7 +4,8 @@
 use std::fmt::Write;
 
 use crate::exec::{ConfigCheck, ExecStatus, TimingStage};
-use crate::reward::{CompileStatus, Verdict};
+use crate::pipeline::report::CompileStatus;
+use crate::pipeline::Verdict;
 use crate::task::Task;
 
 use super::compile_log::{compile_errors, syntax_problem};

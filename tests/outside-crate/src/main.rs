@@ -1,4 +1,5 @@
-use cudaperf::reward::{presets, Context, EvalOptions, Evaluator, Reward, Submission};
+use cudaperf::reward::{presets, Context, Reward};
+use cudaperf::pipeline::{EvalOptions, Evaluator, Submission};
 use cudaperf::task::Task;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
