@@ -169,7 +169,7 @@ pub fn select_configs(task: &Task, max_configs: Option<usize>) -> Vec<usize> {
     }
 }
 
-pub use crate::task::timing_config;
+use crate::task::timing_config;
 
 /// The typed kind of a candidate error, as reported in `stages.extract.error_kind`.
 pub fn error_kind(e: &CandidateError) -> ExtractErrorKind {

@@ -72,7 +72,7 @@ pub struct JobParts<'a> {
     /// The candidates: the members of a group, or one.
     pub candidates: &'a [JobSide<'a>],
     /// Index into `configs` of the config to time (the pipeline's one rule:
-    /// `pipeline::timing_config`, also used for static occupancy).
+    /// `task::timing_config`, also used for static occupancy).
     pub timing_config: usize,
     /// The job's secret ([`JobSecret`]'s number; [`Executor::secret`](crate::exec::Executor::secret)
     /// draws a fresh one per job).

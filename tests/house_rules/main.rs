@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod paths;
+
 /// Files under `src/` that may read environment variables, and why. Everything else takes
 /// its settings from option structs filled at these edges.
 const ENV_EDGES: &[(&str, &str)] = &[
