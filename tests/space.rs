@@ -133,3 +133,45 @@ fn a_sample_of_every_task_compiles_with_nvrtc() {
         }
     }
 }
+
+/// transpose's `store` and `launch` knobs (issue 21, second re-measure) put their code in the
+/// kernel, and their first options (`plain`, `full`) render exactly the programs measured
+/// before the knobs existed: every knob at its first option is `4a130459f88fac89`, as in the
+/// 2026-12-02 table. With the persistent launch the grid hazards are in the tile counts.
+#[test]
+fn transpose_store_and_launch_render_their_code() {
+    let t = space::task("transpose").unwrap();
+    let at = |name: &str| t.knobs.iter().position(|k| k.name == name).unwrap();
+    let (store, launch) = (at("store"), at("launch"));
+    assert_eq!(t.knobs[store].options[0], "plain");
+    assert_eq!(t.knobs[launch].options[0], "full");
+    let base = vec![0; t.knobs.len()];
+    let src = t.render(&base).unwrap();
+    assert_eq!(space::source_hash(&src), "4a130459f88fac89", "{src}");
+    for (o, label) in t.knobs[store].options.iter().enumerate() {
+        let mut c = base.clone();
+        c[store] = o;
+        let src = t.render(&c).unwrap();
+        assert_eq!(
+            src.contains("__threadfence();"),
+            *label == "fenced",
+            "{src}"
+        );
+        assert_eq!(src.contains("atomicExch(&t["), *label == "atomic", "{src}");
+    }
+    for (o, label) in t.knobs[launch].options.iter().enumerate() {
+        let mut c = base.clone();
+        c[launch] = o;
+        let persistent = *label == "persistent";
+        let src = t.render(&c).unwrap();
+        assert_eq!(src.contains("grid=(264, 1)"), persistent, "{src}");
+        assert_eq!(src.contains("b += gridDim.x"), persistent, "{src}");
+        if persistent {
+            c[at("grid_x")] = 1;
+            c[at("grid_y")] = 1;
+            let src = t.render(&c).unwrap();
+            assert!(src.contains("tiles_x = N / 32,"), "{src}");
+            assert!(src.contains("tiles_x * (M / 4)"), "{src}");
+        }
+    }
+}

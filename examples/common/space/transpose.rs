@@ -3,16 +3,23 @@
 //!
 //! Hazards, each wrong on the task's odd configs (1000 × 1537, 100003 × 67, 7001 × 9007):
 //! * `barrier`: no `__syncthreads()` between staging the tile and reading it transposed;
-//! * `grid_x`, `grid_y`: the grid is `N / TX` (`M / TY`) blocks, assuming the size is a
-//!   multiple of the tile: the last columns (rows) of `a` are never copied;
+//! * `grid_x`, `grid_y`: the grid is `N / TX` (`M / TY`) blocks (with the persistent
+//!   launch: that many tiles), assuming the size is a multiple of the tile: the last
+//!   columns (rows) of `a` are never copied;
 //! * `last_row`: the store guard is `< M - 1` (an inclusive bound written as exclusive): the
 //!   last row of `a` is never copied.
 //!
 //! Speed knobs: the block `shape` (TX × BY threads, at least two warps, so that a missing
-//! barrier is a race between warps), rows per thread, tile padding, unrolling, and
+//! barrier is a race between warps), rows per thread, tile padding, unrolling,
 //! `orientation`: `tiled` reads `a` along its rows and writes `t` along M (both coalesced);
 //! `inverted` stages the tile by columns of `a` and writes `t` along N (the tile used the
-//! wrong way round: both strided, still a transpose through shared memory).
+//! wrong way round: both strided, still a transpose through shared memory); `store`:
+//! `plain`; `fenced` (a `__threadfence()` after every store: each waits until its write is
+//! visible device-wide, so a warp has one store in flight instead of several); `atomic`
+//! (`atomicExch`: the L2 performs a read-modify-write, so the lines of `t` are read from
+//! DRAM before they are written, a third more traffic); and `launch`: `full` (one block per
+//! tile) or `persistent` (264 blocks, two per SM of a 132-SM H100/H200, walk the tiles: too
+//! few warps resident to keep enough loads in flight to cover DRAM latency).
 
 use super::{fill, pragma, Knob};
 
@@ -27,6 +34,8 @@ pub const KNOBS: &[Knob] = &[
     Knob { name: "pad", options: &["0", "1"], hazard: false },
     Knob { name: "unroll", options: &["none", "2", "full"], hazard: false },
     Knob { name: "orientation", options: &["tiled", "inverted"], hazard: false },
+    Knob { name: "store", options: &["plain", "fenced", "atomic"], hazard: false },
+    Knob { name: "launch", options: &["full", "persistent"], hazard: false },
 ];
 
 /// The label of knob `i`'s chosen option (`render` reads options by label, so that a
@@ -41,10 +50,25 @@ extern "C" __global__ void transpose_tile(const float* __restrict__ a, float* __
                                           int M, int N) {
     __shared__ float tile[$TY$][$TX$ + $PAD$];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int r0 = blockIdx.y * $TY$, c0 = blockIdx.x * $TX$;
-    const int tid = ty * $TX$ + tx;
-$BODY$}
+$BLOCKS$}
 "#;
+
+/// `launch=full`: one block per tile.
+const FULL: &str = r#"    const int r0 = blockIdx.y * $TY$, c0 = blockIdx.x * $TX$;
+    const int tid = ty * $TX$ + tx;
+$BODY$"#;
+
+/// `launch=persistent`: a grid of 264 blocks walks the tiles.
+const PERSISTENT: &str = r#"    const int tid = ty * $TX$ + tx;
+    const int tiles_x = $TILESX$, tiles = tiles_x * $TILESY$;
+    for (int b = blockIdx.x; b < tiles; b += gridDim.x) {
+    const int r0 = b / tiles_x * $TY$, c0 = b % tiles_x * $TX$;
+$BODY$    __syncthreads();  // the next tile is staged over this one
+    }
+"#;
+
+/// Blocks of the persistent launch: two per SM of a 132-SM H100/H200.
+const PERSISTENT_BLOCKS: usize = 264;
 
 /// Tiled: rows of `a` in (coalesced), `t` out along M (coalesced).
 const TILED: &str = r#"    $UNROLL$
@@ -57,7 +81,7 @@ $BARRIER$    const int oc = tid % $TY$;  // along M: coalesced writes
     for (int i = 0; i < $RPT$; ++i) {
         const int orow = tid / $TY$ + i * ($TX$ / $RPT$);
         const int gr = c0 + orow, gc = r0 + oc;
-        if (gr < N && gc < $MLIMIT$) t[(size_t)gr * M + gc] = tile[oc][orow];
+        if (gr < N && gc < $MLIMIT$) $STORE$
     }
 "#;
 
@@ -73,9 +97,28 @@ $BARRIER$    $UNROLL$
     for (int i = 0; i < $RPT$; ++i) {
         const int oc = ty + i * $BY$;  // along N: strided writes
         const int gr = c0 + tx, gc = r0 + oc;
-        if (gr < N && gc < $MLIMIT$) t[(size_t)gr * M + gc] = tile[oc][tx];
+        if (gr < N && gc < $MLIMIT$) $STORE$
     }
 "#;
+
+/// The store of `value` to `t` (the `store` knob, option label `store`).
+fn store(store: &str, value: &str) -> String {
+    let dst = "t[(size_t)gr * M + gc]";
+    match store {
+        "fenced" => format!("{{ {dst} = {value}; __threadfence(); }}"),
+        "atomic" => format!("atomicExch(&{dst}, {value});"),
+        _ => format!("{dst} = {value};"),
+    }
+}
+
+/// `size / tile` blocks or tiles: rounded up, or (the `grid_*` hazards) down.
+fn count(size: &str, tile: usize, floor: bool, device: bool) -> String {
+    match (floor, device) {
+        (true, _) => format!("{size} / {tile}"),
+        (false, false) => format!("ceil_div({size}, {tile})"),
+        (false, true) => format!("({size} + {tile} - 1) / {tile}"),
+    }
+}
 
 /// Renders a checked choice.
 pub fn render(c: &[usize]) -> String {
@@ -90,24 +133,27 @@ pub fn render(c: &[usize]) -> String {
         "2" => 2,
         _ => 0,
     };
-    let body = if opt(c, 8) == "inverted" {
-        INVERTED
+    let (body, value) = if opt(c, 8) == "inverted" {
+        (INVERTED, "tile[oc][tx]")
     } else {
-        TILED
+        (TILED, "tile[oc][orow]")
     };
-    let grid = |size: &str, tile: usize, floor: bool| {
-        if floor {
-            format!("{size} / {tile}")
-        } else {
-            format!("ceil_div({size}, {tile})")
-        }
+    let persistent = opt(c, 10) == "persistent";
+    let (blocks, gx, gy) = if persistent {
+        (PERSISTENT, PERSISTENT_BLOCKS.to_string(), "1".to_string())
+    } else {
+        let (fx, fy) = (c[1] == 1, c[2] == 1);
+        (FULL, count("N", tx, fx, false), count("M", ty, fy, false))
     };
-    let template = TEMPLATE.replace("$BODY$", body);
+    let template = TEMPLATE.replace("$BLOCKS$", blocks).replace("$BODY$", body);
     fill(
         &template,
         &[
-            ("GRIDX", grid("N", tx, c[1] == 1)),
-            ("GRIDY", grid("M", ty, c[2] == 1)),
+            ("GRIDX", gx),
+            ("GRIDY", gy),
+            ("TILESX", count("N", tx, c[1] == 1, true)),
+            ("TILESY", format!("({})", count("M", ty, c[2] == 1, true))),
+            ("STORE", store(opt(c, 9), value)),
             ("MLIMIT", if c[3] == 1 { "M - 1" } else { "M" }.into()),
             (
                 "BARRIER",
