@@ -16,6 +16,8 @@
 //! program_table --ranker-only table.jsonl --ranker-model fixtures/models/ranker-heldout-rl
 //! # CPU: the static sparsity figures of the space (hazard-free share, sizes)
 //! program_table --space
+//! # CPU: every combination of a task's superset (prepared for a re-measure) and its program
+//! program_table --superset --tasks transpose --hashes hashes.txt
 //! # CPU: the CI sub-table (a few hundred measured rows per task)
 //! program_table --cut table.jsonl.gz --out fixtures/rl/program_table.sub.jsonl.gz
 //! ```
@@ -96,6 +98,10 @@ struct Args {
     /// committed CI table fixtures/rl/program_table.sub.jsonl.gz.
     #[arg(long)]
     cut: Option<PathBuf>,
+    /// Use the tasks' supersets of speed options (`space::SUPERSETS`, prepared for a
+    /// re-measure: tools/gpu/rl-table2.sh) instead of their measured spaces.
+    #[arg(long)]
+    superset: bool,
     /// Fixtures folder.
     #[arg(long)]
     fixtures: Option<PathBuf>,
@@ -131,7 +137,7 @@ fn run(args: Args) -> Result<(), String> {
         );
         return Ok(());
     }
-    let tasks = selected(&args.tasks)?;
+    let tasks = selected(&args.tasks, args.superset)?;
     if let Some(path) = &args.hashes {
         return write_hashes(path, &tasks);
     }
@@ -204,16 +210,22 @@ fn write_hashes(path: &Path, tasks: &[&'static SpaceTask]) -> Result<(), String>
     Ok(())
 }
 
-fn selected(ids: &[String]) -> Result<Vec<&'static SpaceTask>, String> {
+fn selected(ids: &[String], superset: bool) -> Result<Vec<&'static SpaceTask>, String> {
+    let (all, find): (&'static [SpaceTask], fn(&str) -> Option<&'static SpaceTask>) = if superset {
+        (&space::SUPERSETS, space::superset)
+    } else {
+        (&space::TASKS, space::task)
+    };
     if ids.is_empty() {
-        return Ok(space::TASKS.iter().collect());
+        return Ok(all.iter().collect());
     }
     ids.iter()
         .map(|id| {
-            space::task(id).ok_or_else(|| {
+            find(id).ok_or_else(|| {
                 format!(
-                    "--tasks: the space has no task `{id}` (it has {})",
-                    space::TASKS.map(|t| t.id).join(", ")
+                    "--tasks: the {} has no task `{id}` (it has {})",
+                    if superset { "superset" } else { "space" },
+                    all.iter().map(|t| t.id).collect::<Vec<_>>().join(", ")
                 )
             })
         })

@@ -8,10 +8,12 @@
 #      number is seen), sized so that phase 2 fits the time left;
 #   3. every hazard program of the chosen options -> phase2.jsonl.
 # $D holds the release `program_table` (its own sandbox worker), `hashes.txt`
-# (program_table --tasks $TASKS --hashes) and `free.txt` (the hazard-free `task hash`
-# lines), and rl-select.py. Every line goes to $OUT/table2.log (no `tail`).
-#   2026-12-02: TASKS=softmax_rows,transpose (defaults);
-#   2026-12-07: TASKS=transpose LANES=2 RATE=20 MAX_CAP=4608 TOTAL_S=540 P1_S=300.
+# (program_table [--superset] --tasks $TASKS --hashes) and `free.txt` (the hazard-free
+# `task hash` lines), and rl-select.py. SUPERSET=1 measures the tasks' supersets
+# (`space::SUPERSETS`) rather than their spaces. Every line goes to $OUT/table2.log.
+#   2026-12-02: TASKS=softmax_rows,transpose (defaults; the superset was then the space);
+#   prepared 2026-12-07 (not run, see docs/rl/README.md): SUPERSET=1 TASKS=transpose
+#   LANES=2 RATE=20 MAX_CAP=4608 TOTAL_S=540 P1_S=300.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 D=${D:-runs/h21-gpu}
@@ -24,7 +26,7 @@ START=$(date +%s)
 LOG="$OUT/table2.log"
 since() { echo $(( $(date +%s) - START )); }
 echo "# $(date -u) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(nproc) cores; tasks $TASKS" | tee -a "$LOG"
-"$D/program_table" --tasks "$TASKS" --only "$D/free.txt" --out "$OUT/phase1.jsonl" \
+"$D/program_table" ${SUPERSET:+--superset} --tasks "$TASKS" --only "$D/free.txt" --out "$OUT/phase1.jsonl" \
   --group 24 --lanes "$LANES" --budget-s "${P1_S:-260}" >> "$LOG" 2>&1
 echo "phase 1 exit $? after $(since) s" | tee -a "$LOG"
 # Phase 2 measures ~$RATE hazard programs a second over all tasks (compile-bound;
@@ -38,7 +40,7 @@ python3 "$D/rl-select.py" --hashes "$D/hashes.txt" --table "$OUT/phase1.jsonl" \
   --only-out "$OUT/phase2-only.txt" --report "$OUT/select.txt" --max "$MAX" >> "$LOG" 2>&1
 echo "select exit $? after $(since) s" | tee -a "$LOG"
 cat "$OUT/select.txt"
-"$D/program_table" --tasks "$TASKS" --only "$OUT/phase2-only.txt" \
+"$D/program_table" ${SUPERSET:+--superset} --tasks "$TASKS" --only "$OUT/phase2-only.txt" \
   --out "$OUT/phase2.jsonl" --group 24 --lanes "$LANES" \
   --budget-s $(( TOTAL_S - $(since) - 10 )) >> "$LOG" 2>&1
 echo "phase 2 exit $? after $(since) s" | tee -a "$LOG"

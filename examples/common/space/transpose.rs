@@ -13,8 +13,8 @@
 //! barrier is a race between warps), rows per thread, tile padding, unrolling,
 //! `orientation`: `tiled` reads `a` along its rows and writes `t` along M (both coalesced);
 //! `inverted` stages the tile by columns of `a` and writes `t` along N (the tile used the
-//! wrong way round: both strided, still a transpose through shared memory); `store`:
-//! `plain`; `fenced` (a `__threadfence()` after every store: each waits until its write is
+//! wrong way round: both strided, still a transpose through shared memory). The superset
+//! of the next re-measure ([`SUPERSET`]) adds `store`: `plain`; `fenced` (a `__threadfence()` after every store: each waits until its write is
 //! visible device-wide, so a warp has one store in flight instead of several); `atomic`
 //! (`atomicExch`: the L2 performs a read-modify-write, so the lines of `t` are read from
 //! DRAM before they are written, a third more traffic); and `launch`: `full` (one block per
@@ -23,8 +23,27 @@
 
 use super::{fill, pragma, Knob};
 
+/// The measured space (docs/rl/table, 2,304 programs): the options the 2026-12-02
+/// re-measure picked. `store` and `launch` are not in it yet: every program is `plain`
+/// and `full`.
 #[rustfmt::skip]
 pub const KNOBS: &[Knob] = &[
+    Knob { name: "barrier", options: &["sync", "missing"], hazard: true },
+    Knob { name: "grid_x", options: &["ceil", "floor"], hazard: true },
+    Knob { name: "grid_y", options: &["ceil", "floor"], hazard: true },
+    Knob { name: "last_row", options: &["M", "M-1"], hazard: true },
+    Knob { name: "shape", options: &["32x4", "64x4", "8x8", "8x16"], hazard: false },
+    Knob { name: "rows_per_thread", options: &["1", "2", "4"], hazard: false },
+    Knob { name: "pad", options: &["0", "1"], hazard: false },
+    Knob { name: "unroll", options: &["none", "2", "full"], hazard: false },
+    Knob { name: "orientation", options: &["tiled", "inverted"], hazard: false },
+];
+
+/// The superset of the next re-measure (`program_table --superset`, tools/gpu/rl-table2.sh):
+/// the measured space plus `store` and `launch` (13,824 programs, 864 hazard-free). After
+/// the run, `KNOBS` becomes this list narrowed to the picked options (tools/gpu/rl-narrow.py).
+#[rustfmt::skip]
+pub const SUPERSET: &[Knob] = &[
     Knob { name: "barrier", options: &["sync", "missing"], hazard: true },
     Knob { name: "grid_x", options: &["ceil", "floor"], hazard: true },
     Knob { name: "grid_y", options: &["ceil", "floor"], hazard: true },
@@ -38,10 +57,17 @@ pub const KNOBS: &[Knob] = &[
     Knob { name: "launch", options: &["full", "persistent"], hazard: false },
 ];
 
-/// The label of knob `i`'s chosen option (`render` reads options by label, so that a
-/// subset of a knob's options renders the same sources).
-fn opt(c: &[usize], i: usize) -> &'static str {
-    KNOBS[i].options[c[i]]
+/// The label of knob `name`'s chosen option (`render` reads options by label, so that a
+/// subset of a knob's options renders the same sources), or the superset's first option
+/// when `knobs` has no such knob.
+fn opt(knobs: &[Knob], c: &[usize], name: &str) -> &'static str {
+    match knobs.iter().position(|k| k.name == name) {
+        Some(i) => knobs[i].options[c[i]],
+        None => SUPERSET
+            .iter()
+            .find(|k| k.name == name)
+            .map_or("", |k| k.options[0]),
+    }
 }
 
 const TEMPLATE: &str = r#"// Transpose: $TY$ x $TX$ tile, $TX$ x $BY$ threads, $RPT$ rows per thread.
@@ -120,25 +146,35 @@ fn count(size: &str, tile: usize, floor: bool, device: bool) -> String {
     }
 }
 
-/// Renders a checked choice.
+/// Renders a checked choice of the measured space.
 pub fn render(c: &[usize]) -> String {
-    let (tx, by) = opt(c, 4)
+    render_with(KNOBS, c)
+}
+
+/// Renders a checked choice of the superset.
+pub fn render_superset(c: &[usize]) -> String {
+    render_with(SUPERSET, c)
+}
+
+fn render_with(knobs: &[Knob], c: &[usize]) -> String {
+    let opt = |name| opt(knobs, c, name);
+    let (tx, by) = opt("shape")
         .split_once('x')
         .map(|(x, y)| (x.parse().unwrap_or(32), y.parse().unwrap_or(4)))
         .unwrap_or((32usize, 4usize));
-    let rpt: usize = opt(c, 5).parse().unwrap_or(1);
+    let rpt: usize = opt("rows_per_thread").parse().unwrap_or(1);
     let ty = by * rpt;
-    let unroll = match opt(c, 7) {
+    let unroll = match opt("unroll") {
         "none" => 1,
         "2" => 2,
         _ => 0,
     };
-    let (body, value) = if opt(c, 8) == "inverted" {
+    let (body, value) = if opt("orientation") == "inverted" {
         (INVERTED, "tile[oc][tx]")
     } else {
         (TILED, "tile[oc][orow]")
     };
-    let persistent = opt(c, 10) == "persistent";
+    let persistent = opt("launch") == "persistent";
     let (blocks, gx, gy) = if persistent {
         (PERSISTENT, PERSISTENT_BLOCKS.to_string(), "1".to_string())
     } else {
@@ -153,7 +189,7 @@ pub fn render(c: &[usize]) -> String {
             ("GRIDY", gy),
             ("TILESX", count("N", tx, c[1] == 1, true)),
             ("TILESY", format!("({})", count("M", ty, c[2] == 1, true))),
-            ("STORE", store(opt(c, 9), value)),
+            ("STORE", store(opt("store"), value)),
             ("MLIMIT", if c[3] == 1 { "M - 1" } else { "M" }.into()),
             (
                 "BARRIER",
@@ -168,7 +204,7 @@ pub fn render(c: &[usize]) -> String {
             ("TY", ty.to_string()),
             ("BY", by.to_string()),
             ("RPT", rpt.to_string()),
-            ("PAD", opt(c, 6).into()),
+            ("PAD", opt("pad").into()),
         ],
     )
 }
