@@ -211,17 +211,17 @@ fn write_hashes(path: &Path, tasks: &[&'static SpaceTask]) -> Result<(), String>
 }
 
 fn selected(ids: &[String], superset: bool) -> Result<Vec<&'static SpaceTask>, String> {
-    let (all, find): (&'static [SpaceTask], fn(&str) -> Option<&'static SpaceTask>) = if superset {
-        (&space::SUPERSETS, space::superset)
+    let all: &'static [SpaceTask] = if superset {
+        &space::SUPERSETS
     } else {
-        (&space::TASKS, space::task)
+        &space::TASKS
     };
     if ids.is_empty() {
         return Ok(all.iter().collect());
     }
     ids.iter()
         .map(|id| {
-            find(id).ok_or_else(|| {
+            all.iter().find(|t| t.id == id).ok_or_else(|| {
                 format!(
                     "--tasks: the {} has no task `{id}` (it has {})",
                     if superset { "superset" } else { "space" },

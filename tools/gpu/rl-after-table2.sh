@@ -7,7 +7,8 @@
 # docs/rl/table/remeasure-$DATE/; narrows the space's code to the picked options
 # (rl-narrow.py); builds; puts the task's re-measured rows into the table with the narrowed
 # knobs (rl-merge.py); refreshes the ranker columns (held-out ranker); prints the summary;
-# cuts the CI sub-table; replays the ablation and writes its distinct final programs.
+# cuts the CI sub-table; moves the previous replay's finals to docs/rl/replay-before-$DATE/;
+# replays the ablation and writes its distinct final programs.
 # What is left by hand: tests/replay.rs's asserted sparsity figures (from cut.txt), the
 # space's doc comments, docs/rl/README.md, CHANGELOG.md, and the GPU re-measure of the
 # final programs (tools/gpu/rl-finals.sh).
@@ -32,6 +33,12 @@ python3 tools/gpu/rl-merge.py --table "$T" --task "$TASK" --hashes "$W/hashes.tx
 gzip -9 -c "$W/ranked.jsonl" > "$T"
 "$B/program_table" --summary "$T" | tee "$KEEP/summary.txt"
 "$B/program_table" --cut "$T" --out fixtures/rl/program_table.sub.jsonl.gz | tee "$KEEP/cut.txt"
+# The previous replay's final programs and their GPU re-measure go with it.
+PREV=docs/rl/replay-before-$DATE
+mkdir -p "$PREV"
+for f in finals.txt finals-remeasured.jsonl; do
+  [ -f "docs/rl/replay/$f" ] && git mv "docs/rl/replay/$f" "$PREV/$f"
+done
 "$B/cudaperf_ablation" --table "$T" --out docs/rl/replay
 python3 - docs/rl/replay/ablation.json > docs/rl/replay/finals.txt <<'PY'
 import json, sys
