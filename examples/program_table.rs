@@ -16,6 +16,8 @@
 //! program_table --ranker-only table.jsonl --ranker-model fixtures/models/ranker-heldout-rl
 //! # CPU: the static sparsity figures of the space (hazard-free share, sizes)
 //! program_table --space
+//! # CPU: every combination of a task's superset (prepared for a re-measure) and its program
+//! program_table --superset --tasks transpose --hashes hashes.txt
 //! # CPU: the CI sub-table (a few hundred measured rows per task)
 //! program_table --cut table.jsonl.gz --out fixtures/rl/program_table.sub.jsonl.gz
 //! ```
@@ -55,6 +57,10 @@ struct Args {
     /// Programs per group job.
     #[arg(long, default_value_t = 16)]
     group: usize,
+    /// Groups per task in each wave (2 lets a lone task's compiles overlap its own GPU
+    /// work, as several tasks' groups do).
+    #[arg(long, default_value_t = 1)]
+    lanes: usize,
     /// Stop starting new waves after this many seconds (resume later).
     #[arg(long, default_value_t = 500)]
     budget_s: u64,
@@ -92,6 +98,10 @@ struct Args {
     /// committed CI table fixtures/rl/program_table.sub.jsonl.gz.
     #[arg(long)]
     cut: Option<PathBuf>,
+    /// Use the tasks' supersets of speed options (`space::SUPERSETS`, prepared for a
+    /// re-measure: tools/gpu/rl-table2.sh) instead of their measured spaces.
+    #[arg(long)]
+    superset: bool,
     /// Fixtures folder.
     #[arg(long)]
     fixtures: Option<PathBuf>,
@@ -127,7 +137,7 @@ fn run(args: Args) -> Result<(), String> {
         );
         return Ok(());
     }
-    let tasks = selected(&args.tasks)?;
+    let tasks = selected(&args.tasks, args.superset)?;
     if let Some(path) = &args.hashes {
         return write_hashes(path, &tasks);
     }
@@ -200,16 +210,22 @@ fn write_hashes(path: &Path, tasks: &[&'static SpaceTask]) -> Result<(), String>
     Ok(())
 }
 
-fn selected(ids: &[String]) -> Result<Vec<&'static SpaceTask>, String> {
+fn selected(ids: &[String], superset: bool) -> Result<Vec<&'static SpaceTask>, String> {
+    let all: &'static [SpaceTask] = if superset {
+        &space::SUPERSETS
+    } else {
+        &space::TASKS
+    };
     if ids.is_empty() {
-        return Ok(space::TASKS.iter().collect());
+        return Ok(all.iter().collect());
     }
     ids.iter()
         .map(|id| {
-            space::task(id).ok_or_else(|| {
+            all.iter().find(|t| t.id == id).ok_or_else(|| {
                 format!(
-                    "--tasks: the space has no task `{id}` (it has {})",
-                    space::TASKS.map(|t| t.id).join(", ")
+                    "--tasks: the {} has no task `{id}` (it has {})",
+                    if superset { "superset" } else { "space" },
+                    all.iter().map(|t| t.id).collect::<Vec<_>>().join(", ")
                 )
             })
         })
@@ -252,43 +268,39 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
     Ok((i, n))
 }
 
-fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result<(), String> {
-    let start = Instant::now();
-    if !common::setup::gpu_present() {
-        return Err("measuring the table needs a GPU (none found); --space, --summary, --hashes, --cut, --static-only and --ranker-only run without one".into());
-    }
-    let (shard, shards) = args
-        .shard
-        .as_deref()
-        .map(parse_shard)
-        .transpose()?
-        .unwrap_or((0, 1));
-    let out_path = args
-        .out
-        .clone()
-        .or_else(|| args.resume.clone())
-        .unwrap_or_else(|| PathBuf::from("runs/program_table.jsonl"));
-    let mut done: HashSet<(String, String)> = HashSet::new();
-    for p in args.resume.iter().chain(std::iter::once(&out_path)) {
+/// One task of a measuring run: the task and its programs still to measure.
+type Queue = (Task, &'static SpaceTask, Vec<Distinct>);
+
+/// The table rows already measured (`--resume` and the output table).
+fn measured_keys(args: &Args, out_path: &Path) -> Result<HashSet<(String, String)>, String> {
+    let mut done = HashSet::new();
+    for p in args.resume.iter().map(PathBuf::as_path).chain([out_path]) {
         if p.exists() {
             for r in table::read(p)? {
                 done.insert((r.task, r.hash));
             }
         }
     }
-    if let Some(dir) = out_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    let mut out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&out_path)
-        .map_err(|e| format!("{}: {e}", out_path.display()))?;
+    Ok(done)
+}
+
+/// Per task, its programs of this shard that are neither measured nor left out by --only.
+fn queues(
+    args: &Args,
+    tasks: &[&'static SpaceTask],
+    fixtures: &Path,
+    done: &HashSet<(String, String)>,
+    start: Instant,
+) -> Result<Vec<Queue>, String> {
+    let (shard, shards) = args
+        .shard
+        .as_deref()
+        .map(parse_shard)
+        .transpose()?
+        .unwrap_or((0, 1));
     let only = args.only.as_deref().map(read_only).transpose()?;
-    let evaluator = common::setup::evaluator(fixtures, true, None);
-    // Per task: the task and its programs of this shard still to measure, in chunks.
-    let mut queues: Vec<(Task, &SpaceTask, Vec<Distinct>)> = Vec::new();
-    for t in tasks {
+    let mut queues = Vec::new();
+    for &t in tasks {
         let task = Task::load(fixtures.join("tasks").join(t.id))
             .map_err(|e| format!("task {}: {e}", t.id))?;
         let all = t.distinct();
@@ -313,10 +325,76 @@ fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result
         );
         queues.push((task, t, todo));
     }
+    Ok(queues)
+}
+
+/// Measures one wave (`--lanes` groups of `--group` programs per task with work left,
+/// through `evaluate_groups`); `None` when no work is left.
+fn measure_wave(
+    evaluator: &Evaluator,
+    queues: &mut [Queue],
+    args: &Args,
+) -> Option<Vec<table::Row>> {
+    let mut chunks: Vec<(usize, Vec<Distinct>)> = Vec::new();
+    for _ in 0..args.lanes.max(1) {
+        for (k, q) in queues
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, q)| !q.2.is_empty())
+        {
+            let n = args.group.max(1).min(q.2.len());
+            chunks.push((k, q.2.drain(..n).collect()));
+        }
+    }
+    if chunks.is_empty() {
+        return None;
+    }
+    let subs: Vec<Vec<Submission>> = chunks
+        .iter()
+        .map(|(_, ds)| {
+            ds.iter()
+                .map(|d| Submission::from_source(d.source.clone()))
+                .collect()
+        })
+        .collect();
+    let groups: Vec<(&Task, &[Submission])> = chunks
+        .iter()
+        .zip(&subs)
+        .map(|((k, _), s)| (&queues[*k].0, s.as_slice()))
+        .collect();
+    let evals = evaluator.evaluate_groups(&groups, Stage::Timing);
+    let mut rows = Vec::new();
+    for ((k, ds), es) in chunks.iter().zip(evals) {
+        for (d, e) in ds.iter().zip(es) {
+            rows.push(table::row_from(queues[*k].1, d, e.verdict(), e.stages));
+        }
+    }
+    Some(rows)
+}
+
+fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result<(), String> {
+    let start = Instant::now();
+    if !common::setup::gpu_present() {
+        return Err("measuring the table needs a GPU (none found); --space, --summary, --hashes, --cut, --static-only and --ranker-only run without one".into());
+    }
+    let out_path = args
+        .out
+        .clone()
+        .or_else(|| args.resume.clone())
+        .unwrap_or_else(|| PathBuf::from("runs/program_table.jsonl"));
+    let done = measured_keys(args, &out_path)?;
+    if let Some(dir) = out_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&out_path)
+        .map_err(|e| format!("{}: {e}", out_path.display()))?;
+    let mut queues = queues(args, tasks, fixtures, &done, start)?;
+    let evaluator = common::setup::evaluator(fixtures, true, None);
     let total: usize = queues.iter().map(|q| q.2.len()).sum();
-    let mut measured = 0usize;
-    let mut correct = 0usize;
-    let mut wave = 0usize;
+    let (mut measured, mut correct, mut wave) = (0usize, 0usize, 0usize);
     loop {
         if start.elapsed().as_secs() >= args.budget_s {
             println!(
@@ -327,42 +405,11 @@ fn measure(args: &Args, tasks: &[&'static SpaceTask], fixtures: &Path) -> Result
             );
             break;
         }
-        // One chunk per task with work left.
-        let chunks: Vec<(usize, Vec<Distinct>)> = queues
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, q)| !q.2.is_empty())
-            .map(|(k, q)| {
-                let n = args.group.max(1).min(q.2.len());
-                (k, q.2.drain(..n).collect())
-            })
-            .collect();
-        if chunks.is_empty() {
+        let Some(rows) = measure_wave(&evaluator, &mut queues, args) else {
             break;
-        }
-        let subs: Vec<Vec<Submission>> = chunks
-            .iter()
-            .map(|(_, ds)| {
-                ds.iter()
-                    .map(|d| Submission::from_source(d.source.clone()))
-                    .collect()
-            })
-            .collect();
-        let groups: Vec<(&Task, &[Submission])> = chunks
-            .iter()
-            .zip(&subs)
-            .map(|((k, _), s)| (&queues[*k].0, s.as_slice()))
-            .collect();
-        let evals = evaluator.evaluate_groups(&groups, Stage::Timing);
-        let mut rows = Vec::new();
-        for ((k, ds), es) in chunks.iter().zip(evals) {
-            for (d, e) in ds.iter().zip(es) {
-                let row = table::row_from(queues[*k].1, d, e.verdict(), e.stages);
-                correct += row.correct() as usize;
-                rows.push(row);
-            }
-        }
+        };
         measured += rows.len();
+        correct += rows.iter().filter(|r| r.correct()).count();
         table::append(&mut out, &rows)?;
         wave += 1;
         let unavailable = rows

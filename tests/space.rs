@@ -1,6 +1,7 @@
 //! The sparse program space of the replay ablation (`examples/common/space`): sizes, the
 //! share of hazard-free programs under a uniform policy, and NVRTC compiles of a sample of
-//! every task's programs (all of them compile in `program_table`).
+//! every task's programs (all of them compile in `program_table`), for the measured spaces
+//! and the supersets prepared for a re-measure.
 
 #[path = "../examples/common/space/mod.rs"]
 #[allow(dead_code)]
@@ -18,7 +19,7 @@ fn root() -> std::path::PathBuf {
 /// free of hazards (weighted by the knob combinations that render each program).
 #[test]
 fn every_task_has_2000_distinct_programs_and_a_sparse_safe_set() {
-    for t in &space::TASKS {
+    for t in space::TASKS.iter().chain(&space::SUPERSETS) {
         let distinct = t.distinct();
         assert!(
             distinct.len() >= 2000,
@@ -46,7 +47,7 @@ fn every_task_has_2000_distinct_programs_and_a_sparse_safe_set() {
 /// A hazard knob changes the source: the unsafe program is a different program.
 #[test]
 fn every_hazard_changes_the_source() {
-    for t in &space::TASKS {
+    for t in space::TASKS.iter().chain(&space::SUPERSETS) {
         let base = vec![0; t.knobs.len()];
         let safe = space::source_hash(&t.render(&base).unwrap());
         for (i, k) in t.knobs.iter().enumerate().filter(|(_, k)| k.hazard) {
@@ -88,7 +89,7 @@ fn a_sample_of_every_task_compiles_with_nvrtc() {
     // The space's kernels are this repository's own: compiled in-process (trusted).
     o.compile.isolation = cudaperf::compile::Isolation::InProcess;
     let evaluator = Evaluator::new(o).expect("evaluator");
-    for t in &space::TASKS {
+    for t in space::TASKS.iter().chain(&space::SUPERSETS) {
         let task = Task::load(root().join("fixtures/tasks").join(t.id)).expect("task");
         let distinct = t.distinct();
         let step: usize = std::env::var("CUDAPERF_SPACE_SAMPLE_STEP")
@@ -130,6 +131,75 @@ fn a_sample_of_every_task_compiles_with_nvrtc() {
                 e.stages.compile.as_ref().map(|c| &c.log),
                 src
             );
+        }
+    }
+}
+
+/// transpose's `store` and `launch` knobs (issue 21, second re-measure) put their code in the
+/// kernel, and their first options (`plain`, `full`) render exactly the programs measured
+/// before the knobs existed: every knob at its first option is `4a130459f88fac89`, as in the
+/// 2026-12-02 table. With the persistent launch the grid hazards are in the tile counts.
+#[test]
+fn transpose_store_and_launch_render_their_code() {
+    let t = space::superset("transpose").unwrap();
+    let at = |name: &str| t.knobs.iter().position(|k| k.name == name).unwrap();
+    let (store, launch) = (at("store"), at("launch"));
+    assert_eq!(t.knobs[store].options[0], "plain");
+    assert_eq!(t.knobs[launch].options[0], "full");
+    let base = vec![0; t.knobs.len()];
+    let src = t.render(&base).unwrap();
+    assert_eq!(space::source_hash(&src), "4a130459f88fac89", "{src}");
+    for (o, label) in t.knobs[store].options.iter().enumerate() {
+        let mut c = base.clone();
+        c[store] = o;
+        let src = t.render(&c).unwrap();
+        assert_eq!(
+            src.contains("__threadfence();"),
+            *label == "fenced",
+            "{src}"
+        );
+        assert_eq!(src.contains("atomicExch(&t["), *label == "atomic", "{src}");
+    }
+    for (o, label) in t.knobs[launch].options.iter().enumerate() {
+        let mut c = base.clone();
+        c[launch] = o;
+        let persistent = *label == "persistent";
+        let src = t.render(&c).unwrap();
+        assert_eq!(src.contains("grid=(264, 1)"), persistent, "{src}");
+        assert_eq!(src.contains("b += gridDim.x"), persistent, "{src}");
+        if persistent {
+            c[at("grid_x")] = 1;
+            c[at("grid_y")] = 1;
+            let src = t.render(&c).unwrap();
+            assert!(src.contains("tiles_x = N / 32,"), "{src}");
+            assert!(src.contains("tiles_x * (M / 4)"), "{src}");
+        }
+    }
+}
+
+/// A superset renders every program of its task's measured space unchanged (the option of
+/// each knob by label, the new knobs at their first option), so a re-measure's rows and the
+/// committed table name the same programs by the same hashes.
+#[test]
+fn every_superset_renders_its_measured_space_unchanged() {
+    for sup in &space::SUPERSETS {
+        let t = space::task(sup.id).unwrap();
+        for d in t.distinct() {
+            let c = &d.choices[0];
+            let in_sup: Vec<usize> = sup
+                .knobs
+                .iter()
+                .map(|k| match t.knobs.iter().position(|m| m.name == k.name) {
+                    Some(i) => k
+                        .options
+                        .iter()
+                        .position(|o| *o == t.knobs[i].options[c[i]])
+                        .unwrap(),
+                    None => 0,
+                })
+                .collect();
+            let src = sup.render(&in_sup).unwrap();
+            assert_eq!(space::source_hash(&src), d.hash, "{}", t.describe(c));
         }
     }
 }

@@ -51,6 +51,33 @@ def nonempty_subsets(n, must):
                 yield s
 
 
+def gaps(task, knobs, sp, speed, best_key, best):
+    """Report lines (no part of the rule): per speed option, the best speed it reaches
+    relative to the task's best, and its speed relative to the best's option of that knob
+    with every other knob the same (min, median, max over the superset's combinations)."""
+    out = []
+    for j in range(len(sp)):
+        name, _, opts = knobs[sp[j]]
+        u = best_key[j]
+        for v in range(len(opts)):
+            top = max((s for k, s in speed.items() if s is not None and k[j] == v), default=None)
+            pairs = []
+            for k, s in speed.items():
+                if k[j] != v or v == u or s is None:
+                    continue
+                other = speed.get(k[:j] + (u,) + k[j + 1:])
+                if other:
+                    pairs.append(s / other)
+            pairs.sort()
+            line = f"{task}: gap {name}={opts[v]}: best {top / best:.3f} of the best" if top else \
+                f"{task}: gap {name}={opts[v]}: no correct program"
+            if pairs:
+                line += (f"; vs {name}={opts[u]} (others fixed, {len(pairs)} pairs): "
+                         f"min {pairs[0]:.3f} median {pairs[len(pairs) // 2]:.3f} max {pairs[-1]:.3f}")
+            out.append(line)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hashes", required=True)
@@ -143,6 +170,7 @@ def main():
             cands.sort(key=lambda c: (c[0], -c[1], c[2], -c[3]))
             choice = cands[0]
             rule = "smallest share (none reaches the target)"
+        report.extend(gaps(task, knobs, sp, speed, best_key, best))
         share, kept, share85, n, pick, k90, k85 = choice
         report.append(
             f"{task}: best {best:.3f}x ({' '.join(knobs[sp[j]][0] + '=' + knobs[sp[j]][2][v] for j, v in enumerate(best_key))}); "

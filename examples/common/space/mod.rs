@@ -59,9 +59,23 @@ pub const TASKS: [SpaceTask; 3] = [
     },
 ];
 
+/// Supersets of speed options prepared for a task's next re-measure
+/// (`program_table --superset`, tools/gpu/rl-table2.sh): each renders the programs of its
+/// task's measured space unchanged and adds new knobs or options.
+pub const SUPERSETS: [SpaceTask; 1] = [SpaceTask {
+    id: "transpose",
+    knobs: transpose::SUPERSET,
+    render: transpose::render_superset,
+}];
+
 /// The space task with this id.
 pub fn task(id: &str) -> Option<&'static SpaceTask> {
     TASKS.iter().find(|t| t.id == id)
+}
+
+/// The superset with this task id.
+pub fn superset(id: &str) -> Option<&'static SpaceTask> {
+    SUPERSETS.iter().find(|t| t.id == id)
 }
 
 /// A choice vector that does not fit a task's knobs.
