@@ -20,7 +20,7 @@
 //! speed term before advantages are computed.
 //!
 //! ```
-//! use cudaperf::rl::advantage::{advantages, grpo, rloo, AdvantageOptions, Estimator};
+//! use cudaperf::rl::{advantages, grpo, rloo, AdvantageOptions, Estimator};
 //! # fn main() -> Result<(), cudaperf::rl::RlError> {
 //! let r = [1.0, 2.0, 3.0];
 //! assert_eq!(rloo(&r)?, vec![-1.5, 0.0, 1.5]);
@@ -254,7 +254,7 @@ pub struct GroupAdvantages {
 /// were left out. An infinite reward is always an error (a bug, not a missing score).
 ///
 /// ```
-/// use cudaperf::rl::advantage::{scored_advantages, AdvantageOptions, DroppedGroup, UnscoredPolicy};
+/// use cudaperf::rl::{scored_advantages, AdvantageOptions, DroppedGroup, UnscoredPolicy};
 /// # fn main() -> Result<(), cudaperf::rl::RlError> {
 /// let opts = AdvantageOptions::default();
 /// let g = scored_advantages(&[1.0, f64::NAN, 3.0], &opts, UnscoredPolicy::SkipMember)?;
@@ -349,7 +349,7 @@ pub fn discounted_returns(rewards: &[f64], gamma: f64) -> Result<Vec<f64>> {
 /// intervals count as `None`.
 ///
 /// ```
-/// use cudaperf::rl::advantage::equalize_overlapping;
+/// use cudaperf::rl::equalize_overlapping;
 /// let v = equalize_overlapping(
 ///     &[0.9, 1.1, 2.0, 0.0],
 ///     &[Some([1.8, 1.95]), Some([1.9, 2.2]), Some([3.9, 4.1]), None],

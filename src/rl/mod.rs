@@ -21,7 +21,7 @@
 //!   (and listing) the turns whose return is unknown because a turn was not scored.
 //!
 //! ```
-//! use cudaperf::rl::{advantage, Episode, Turn};
+//! use cudaperf::rl::{self, Episode, Turn};
 //! use cudaperf::pipeline::report::RewardReport;
 //!
 //! // A group of two 2-turn episodes with their per-turn rewards.
@@ -38,7 +38,7 @@
 //! let adv = cudaperf::rl::episode_advantages(&group, &opts)?;
 //! assert_eq!(adv.per_episode.len(), 2);
 //! assert!(adv.per_episode[0][0].unwrap() < 0.0); // the episode that started with a compile error
-//! let r = advantage::discounted_returns(&[-0.75, 1.2], 0.4)?;
+//! let r = rl::discounted_returns(&[-0.75, 1.2], 0.4)?;
 //! assert!((r[0] - (-0.75 + 0.4 * 1.2)).abs() < 1e-12);
 //! # Ok::<(), cudaperf::rl::RlError>(())
 //! ```
