@@ -35,4 +35,13 @@ print(f"{len(rows)} re-measured, {len(ratios)} correct with a table speedup; not
 if ratios:
     print(f"re-measured / table speedup: median {statistics.median(ratios):.4f}, "
           f"min {min(ratios):.3f}, max {max(ratios):.3f}")
+# Per task too: the table's tasks may come from different cards (the table's README says which).
+by_task = {}
+for r in rows:
+    t = table.get((r["task"], r["hash"]))
+    if r["verdict"] == "correct" and t and t.get("speedup") and r.get("speedup"):
+        by_task.setdefault(r["task"], []).append(r["speedup"] / t["speedup"])
+for task, rs in sorted(by_task.items()):
+    print(f"  {task}: {len(rs)} programs, median {statistics.median(rs):.4f}, "
+          f"min {min(rs):.3f}, max {max(rs):.3f}")
 PY

@@ -59,9 +59,9 @@ pub const TASKS: [SpaceTask; 3] = [
     },
 ];
 
-/// Supersets of speed options prepared for a task's next re-measure
-/// (`program_table --superset`, tools/gpu/rl-table2.sh): each renders the programs of its
-/// task's measured space unchanged and adds new knobs or options.
+/// Supersets of speed options a task's measured space was picked from
+/// (`program_table --superset`, tools/gpu/rl-table2.sh, then tools/gpu/rl-narrow.py): each
+/// renders the programs of its task's measured space unchanged and adds knobs or options.
 pub const SUPERSETS: [SpaceTask; 1] = [SpaceTask {
     id: "transpose",
     knobs: transpose::SUPERSET,
