@@ -8,8 +8,10 @@ use std::collections::HashMap;
 
 use cudaperf::analysis::analyze;
 use cudaperf::candidate::PlanLimits;
+use cudaperf::analysis::FEATURE_NAMES;
 use cudaperf::ranker::{
-    features_for, traffic_features_named, FeatureSet, TimedPlan, TrainedRanker,
+    features_for, launch_features, traffic_features, traffic_features_named, FeatureSet,
+    TimedPlan, TrainedRanker,
 };
 use cudaperf::task::Task;
 
@@ -156,6 +158,44 @@ fn traffic_features_are_finite_on_real_implementations() {
             }
         }
     }
+}
+
+// Guards the shared warp probe: the ranker's feature vector runs the detailed probe once per
+// launch for both the launch-plan and the traffic groups; on every implementation of every
+// task it must equal the two groups computed each on its own (the sector probe included).
+#[test]
+fn one_shared_probe_gives_the_features_of_two_separate_ones() {
+    let set = FeatureSet {
+        launch: true,
+        traffic: true,
+        ngram_buckets: 0,
+    };
+    let names = set.names();
+    let dataset = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
+    let mut checked = 0;
+    for (t, imp) in dataset.implementations() {
+        let what = format!("{}/{}", t.id, imp.name);
+        let Ok(plan) = TimedPlan::of_source(t, &imp.source, &PlanLimits::default(), &what) else {
+            continue;
+        };
+        let input = plan.input(t, &imp.source);
+        let features = analyze(imp.source.as_bytes());
+        let mut separate = features.to_vector();
+        separate.extend(launch_features(&input, &features, &what).expect("launch"));
+        separate.extend(traffic_features(&input, &features, &what).expect("traffic"));
+        let shared = features_for(&imp.source, Some(&input), &names).expect("features");
+        assert_eq!(shared.len(), separate.len(), "{what}");
+        assert!(separate.len() > FEATURE_NAMES.len(), "{what}");
+        for (i, (a, b)) in shared.iter().zip(&separate).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits(),
+                "{what}: {} = {a} shared, {b} separate",
+                names[i]
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 700, "only {checked} implementations had a plan");
 }
 
 /// The probability the model gives `a` being faster than `b` (implementations of `task`).

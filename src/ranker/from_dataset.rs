@@ -3,8 +3,11 @@
 
 use std::collections::HashMap;
 
-use super::launch::{launch_features, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES, LAUNCH_PREFIX};
-use super::traffic::{traffic_features, TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX};
+use super::launch::{
+    detailed_probes, launch_features_probed, tree_for, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES,
+    LAUNCH_PREFIX,
+};
+use super::traffic::{traffic_features_probed, TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX};
 use super::trained::check_names;
 use super::{syntax_ngram_names, syntax_ngrams_of, Pair, RankerError, RankingData, Result, Sample};
 use crate::analysis::{analyze, analyze_tree, Features, SourceTree, FEATURE_NAMES};
@@ -168,11 +171,17 @@ pub fn features_from(
             tree: input.tree.or(source),
             ..*input
         };
+        // One detailed warp probe per launch, shared by both groups (it is most of their cost).
+        let mut parsed = None;
+        let probed = detailed_probes(&input, tree_for(input.tree, input.source, &mut parsed));
+        let what = "the ranker input";
         if set.launch {
-            v.extend(launch_features(&input, features, "the ranker input")?);
+            let named = launch_features_probed(&input, features, what, Some(&probed))?;
+            v.extend(named.into_iter().map(|(_, x)| x));
         }
         if set.traffic {
-            v.extend(traffic_features(&input, features, "the ranker input")?);
+            let named = traffic_features_probed(&input, features, what, Some(&probed))?;
+            v.extend(named.into_iter().map(|(_, x)| x));
         }
     }
     if set.ngram_buckets > 0 {

@@ -52,7 +52,9 @@
 //! [`SyncFeatures`]: crate::analysis::SyncFeatures
 
 use super::error::{RankerError, Result};
-use crate::analysis::{AccessProbe, Features, KernelFeatures, ProbeArg, SourceTree, WarpProbe};
+use crate::analysis::{
+    AccessProbe, Features, KernelFeatures, KernelProbe, MemorySpace, ProbeArg, SourceTree, WarpProbe,
+};
 use crate::candidate::{Candidate, PlanLimits, ResolvedArg, ResolvedLaunch, ResolvedPlan};
 use crate::task::timing_config;
 use crate::task::{InputConfig, Param, Task};
@@ -238,6 +240,45 @@ pub fn launch_features_named(
     features: &Features,
     what: &str,
 ) -> Result<Vec<(&'static str, f32)>> {
+    launch_features_probed(input, features, what, None)
+}
+
+/// The detailed warp probe of every launch of `input`'s plan, in plan order (`None` where
+/// the kernel is not found or takes other parameters). The launch and traffic features of
+/// one candidate share it ([`launch_features_probed`], `traffic_features_probed`): the
+/// sector probe is its global accesses, because the detailed probe follows the same path
+/// (its trip simulation restores every variable) and only adds trip counts and a
+/// neighbouring block's lane.
+pub(crate) fn detailed_probes(
+    input: &LaunchInput<'_>,
+    tree: Option<&SourceTree>,
+) -> Vec<Option<KernelProbe>> {
+    let probe = tree.map(WarpProbe::new);
+    input
+        .plan
+        .launches
+        .iter()
+        .map(|l| {
+            probe.as_ref().and_then(|p| {
+                p.run_detailed(
+                    &l.kernel,
+                    l.grid,
+                    l.block,
+                    &probe_args(input.task, input.config, l),
+                )
+            })
+        })
+        .collect()
+}
+
+/// [`launch_features_named`] with the launches' detailed probes already run
+/// ([`detailed_probes`]); `None`: the sector probe runs here.
+pub(crate) fn launch_features_probed(
+    input: &LaunchInput<'_>,
+    features: &Features,
+    what: &str,
+    probed: Option<&[Option<KernelProbe>]>,
+) -> Result<Vec<(&'static str, f32)>> {
     let LaunchInput {
         task,
         config,
@@ -254,9 +295,26 @@ pub fn launch_features_named(
     // Sectors a warp's global accesses touch over the fewest they could (concrete probe).
     let mut parsed = None;
     let tree = tree_for(tree, source, &mut parsed);
-    let probe = tree.map(WarpProbe::new);
+    let probe = if probed.is_none() {
+        tree.map(WarpProbe::new)
+    } else {
+        None
+    };
     for (li, l) in plan.launches.iter().enumerate() {
-        if let Some(probe) = &probe {
+        if let Some(probed) = probed {
+            let global: Vec<AccessProbe> = probed
+                .get(li)
+                .and_then(Option::as_ref)
+                .map(|k| {
+                    k.accesses
+                        .iter()
+                        .filter(|a| a.space == MemorySpace::Global)
+                        .map(|a| a.probe)
+                        .collect()
+                })
+                .unwrap_or_default();
+            sums.add_probe(&global);
+        } else if let Some(probe) = &probe {
             let args = probe_args(task, config, l);
             sums.add_probe(&probe.run(&l.kernel, l.grid, l.block, &args));
         }

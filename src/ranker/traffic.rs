@@ -53,8 +53,8 @@
 //! [`WarpProbe::run_detailed`]: crate::analysis::WarpProbe::run_detailed
 
 use super::error::Result;
-use super::launch::{ln1p, param_lens, probe_args, tree_for, LaunchInput};
-use crate::analysis::{Features, KernelFeatures, KernelProbe, MemorySpace, WarpProbe};
+use super::launch::{detailed_probes, ln1p, param_lens, tree_for, LaunchInput};
+use crate::analysis::{Features, KernelFeatures, KernelProbe, MemorySpace};
 use crate::candidate::{ResolvedArg, ResolvedLaunch};
 
 /// Prefix of every traffic feature name.
@@ -153,6 +153,17 @@ pub fn traffic_features_named(
     features: &Features,
     what: &str,
 ) -> Result<Vec<(&'static str, f32)>> {
+    traffic_features_probed(input, features, what, None)
+}
+
+/// [`traffic_features_named`] with the launches' detailed probes already run
+/// ([`detailed_probes`]); `None`: they run here.
+pub(crate) fn traffic_features_probed(
+    input: &LaunchInput<'_>,
+    features: &Features,
+    what: &str,
+    probed: Option<&[Option<KernelProbe>]>,
+) -> Result<Vec<(&'static str, f32)>> {
     let LaunchInput {
         task,
         config,
@@ -163,16 +174,23 @@ pub fn traffic_features_named(
     let lens = param_lens(task, config, what)?;
     let n = lens.iter().copied().max().unwrap_or(0).max(1) as f64;
     let mut parsed = None;
-    let tree = tree_for(tree, source, &mut parsed);
-    let probe = tree.map(WarpProbe::new);
+    let owned;
+    let probed = match probed {
+        Some(p) => p,
+        None => {
+            owned = detailed_probes(input, tree_for(tree, source, &mut parsed));
+            &owned
+        }
+    };
+    let nothing_probed = KernelProbe::default();
     let mut t = Totals::default();
-    for l in &plan.launches {
+    for (li, l) in plan.launches.iter().enumerate() {
         let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
         let kernel = features.kernels.iter().find(|k| k.name == base);
-        let kp: KernelProbe = probe
-            .as_ref()
-            .and_then(|p| p.run_detailed(&l.kernel, l.grid, l.block, &probe_args(task, config, l)))
-            .unwrap_or_default();
+        let kp = probed
+            .get(li)
+            .and_then(Option::as_ref)
+            .unwrap_or(&nothing_probed);
         let arg_len = |i: usize| -> f64 {
             match l.args.get(i) {
                 Some(ResolvedArg::Param { index }) => lens.get(*index).copied().unwrap_or(0) as f64,
@@ -182,7 +200,7 @@ pub fn traffic_features_named(
                 _ => 0.0,
             }
         };
-        t.add_launch(l, kernel, &kp, &arg_len, &H200);
+        t.add_launch(l, kernel, kp, &arg_len, &H200);
     }
     Ok(t.named(n))
 }
