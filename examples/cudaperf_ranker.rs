@@ -12,9 +12,8 @@
 //! is), its training curve `training.png`, `cv.json` and `cv.md` to `--out`. Training runs on
 //! burn's default device (the ndarray CPU backend; libtorch with `--features tch`).
 
-#[path = "common/setup.rs"]
-#[allow(dead_code)]
-mod setup;
+#[path = "common/mod.rs"]
+mod common;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -63,6 +62,15 @@ struct Args {
     /// Fixtures folder.
     #[arg(long)]
     fixtures: Option<PathBuf>,
+    /// A measured program table (`program_table`'s output, e.g.
+    /// docs/rl/table/program_table.jsonl.gz) whose correct programs add train-only pairs:
+    /// they train every fold's model and the saved one, held out with their task, never
+    /// validated or tested on.
+    #[arg(long)]
+    table: Option<PathBuf>,
+    /// Train-only pairs per task taken from `--table`.
+    #[arg(long, default_value_t = 200)]
+    table_pairs: usize,
 }
 
 /// Which feature names an ablation keeps.
@@ -78,12 +86,12 @@ struct SeededCv {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let fixtures = setup::fixtures_root(args.fixtures.as_deref())?;
+    let fixtures = common::setup::fixtures_root(args.fixtures.as_deref())?;
     std::fs::create_dir_all(&args.out)?;
     // 1. Data: every correct, timed implementation and every pair outside the noise floor.
     let dataset = Dataset::load(fixtures.join("tasks"))?;
     let timings = Timings::load(fixtures.join("timings/h200.json"))?;
-    let data: RankingData = match args.data_cache.as_ref().filter(|p| p.is_file()) {
+    let mut data: RankingData = match args.data_cache.as_ref().filter(|p| p.is_file()) {
         Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?)?,
         None => {
             let set = FeatureSet {
@@ -98,13 +106,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             d
         }
     };
+    let extra = match &args.table {
+        Some(path) => {
+            let rows = common::table::read(path)?;
+            let (samples, pairs) =
+                common::table::add_train_only_pairs(&mut data, &rows, &fixtures, args.table_pairs)?;
+            format!(
+                "; plus, to train only, {samples} programs and {pairs} pairs of the measured \
+                 program table `{}`",
+                path.display()
+            )
+        }
+        None => String::new(),
+    };
     let mut md = String::new();
     let _ = writeln!(
         md,
         "{} implementations, {} pairs, {} features, {} tasks (timings: {} on {}, \
-         fixtures/timings/h200.json)\n",
-        data.samples.len(),
-        data.pairs.len(),
+         fixtures/timings/h200.json){extra}\n",
+        data.samples.len()
+            - data
+                .samples
+                .iter()
+                .filter(|s| s.name.starts_with("table:"))
+                .count(),
+        data.pairs.iter().filter(|p| !p.train_only).count(),
         data.feature_names.len(),
         data.tasks().len(),
         timings.device,
@@ -356,7 +382,7 @@ fn misses(data: &RankingData, main: &SeededCv) -> String {
     let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();
     let mut worst = Vec::new();
     for p in &data.pairs {
-        if p.log_ratio < r.min_log_ratio {
+        if p.train_only || p.log_ratio < r.min_log_ratio {
             continue;
         }
         if r.held_out_scores[p.fast] > r.held_out_scores[p.slow] {

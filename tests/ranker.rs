@@ -280,6 +280,48 @@ fn cross_validate_runs_with_task_groups() {
     assert!(json.contains("ratio_at_least_2x"));
 }
 
+// Guards `Pair::train_only` (extra data such as a measured program table): such pairs train
+// the model but are never a held-out test pair, a validation pair or a calibrated
+// comparison, so cross-validation reports exactly the other pairs.
+#[test]
+fn train_only_pairs_train_but_are_never_validated_or_tested() {
+    let mut data = synthetic::decisive_feature(15, 4, 8, 21);
+    for (i, p) in data.pairs.iter_mut().enumerate() {
+        p.train_only = i % 2 == 0;
+    }
+    let config = RankerConfig::new().with_epochs(40);
+    let usable = |data: &RankingData| {
+        data.pairs
+            .iter()
+            .filter(|p| !p.train_only && p.log_ratio >= config.min_log_ratio)
+            .count()
+    };
+    let report = cross_validate(&data, 5, &config).unwrap();
+    assert_eq!(report.accuracy.overall.pairs, usable(&data));
+    assert!(usable(&data) > 0 && usable(&data) < data.pairs.len());
+    assert!(!report.held_out_pairs.is_empty());
+    for &(i, _, _) in &report.held_out_pairs {
+        assert!(!data.pairs[i].train_only, "train-only pair {i} was tested");
+    }
+    let oracle =
+        cross_validate_scorer(&data, 5, &config, "oracle", |s| f64::from(s.features[0])).unwrap();
+    assert_eq!(oracle.accuracy.overall.pairs, usable(&data));
+
+    // Only train-only pairs: training still learns the deciding feature (nothing to validate
+    // on, so every epoch runs), judged on tasks it never saw.
+    for p in &mut data.pairs {
+        p.train_only = true;
+    }
+    let (ranker, _) = train(&data, &config, |_| {}).unwrap();
+    let unseen = synthetic::decisive_feature(6, 4, 8, 99);
+    assert!(held_out_accuracy(&ranker, &unseen) > 0.8);
+    // Serialised without the field when false, so older data files read back as before.
+    let json = serde_json::to_string(&unseen.pairs[0]).unwrap();
+    assert!(!json.contains("train_only"), "{json}");
+    let back: Pair = serde_json::from_str(r#"{"fast":0,"slow":1,"log_ratio":0.5}"#).unwrap();
+    assert!(!back.train_only);
+}
+
 fn tiny() -> RankingData {
     let sample = |task: &str, f: [f32; 2]| Sample {
         task: task.into(),
@@ -300,11 +342,13 @@ fn tiny() -> RankingData {
                 fast: 0,
                 slow: 1,
                 log_ratio: 0.5,
+                train_only: false,
             },
             Pair {
                 fast: 2,
                 slow: 3,
                 log_ratio: 0.7,
+                train_only: false,
             },
         ],
     }

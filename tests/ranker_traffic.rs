@@ -7,11 +7,11 @@ mod common;
 use std::collections::HashMap;
 
 use cudaperf::analysis::analyze;
-use cudaperf::candidate::PlanLimits;
 use cudaperf::analysis::FEATURE_NAMES;
+use cudaperf::candidate::PlanLimits;
 use cudaperf::ranker::{
-    features_for, launch_features, traffic_features, traffic_features_named, FeatureSet,
-    TimedPlan, TrainedRanker,
+    features_for, launch_features, traffic_features, traffic_features_named, FeatureSet, TimedPlan,
+    TrainedRanker,
 };
 use cudaperf::task::Task;
 

@@ -272,3 +272,50 @@ fn stored_stages_score_through_the_presets() {
         .unwrap();
     assert!((v - (-0.125)).abs() < 1e-12, "{v}");
 }
+
+/// `table::add_train_only_pairs` (the ranker's extra training data, `cudaperf_ranker
+/// --table`): every correct program of the sub-table becomes a sample of its task with the
+/// features the ranker computes, and at most `pairs_per_task` train-only pairs per task
+/// join two of them, ordered by their measured speedups.
+#[test]
+fn table_programs_become_train_only_ranker_pairs() {
+    use cudaperf::ranker::{FeatureSet, RankingData};
+    let rows = fixture_rows();
+    let set = FeatureSet {
+        launch: true,
+        traffic: true,
+        ngram_buckets: 0,
+    };
+    let mut data = RankingData {
+        feature_names: set.names(),
+        samples: Vec::new(),
+        pairs: Vec::new(),
+    };
+    let (samples, pairs) =
+        table::add_train_only_pairs(&mut data, &rows, &root().join("fixtures"), 10).unwrap();
+    let correct = rows
+        .iter()
+        .filter(|r| r.verdict == cudaperf::pipeline::Verdict::Correct)
+        .count();
+    assert_eq!(samples, correct);
+    assert_eq!(correct, 16 + 16 + 8);
+    assert_eq!(pairs, 30, "10 per task");
+    assert_eq!((data.samples.len(), data.pairs.len()), (samples, pairs));
+    let speedup = |i: usize| {
+        let hash = data.samples[i].name.strip_prefix("table:").unwrap();
+        rows.iter()
+            .find(|r| r.hash == hash)
+            .unwrap()
+            .speedup
+            .unwrap()
+    };
+    for p in &data.pairs {
+        assert!(p.train_only);
+        assert_eq!(data.samples[p.fast].task, data.samples[p.slow].task);
+        let want = (speedup(p.fast) / speedup(p.slow)).ln() as f32;
+        assert!(want >= 0.0 && (p.log_ratio - want).abs() < 1e-6);
+    }
+    for s in &data.samples {
+        assert_eq!(s.features.len(), data.feature_names.len());
+    }
+}

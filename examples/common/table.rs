@@ -465,3 +465,83 @@ mod compact {
         serde_json::from_value(v).map_err(serde::de::Error::custom)
     }
 }
+
+/// Adds a measured table's correct programs to ranker training data as samples of their
+/// task (features with `data`'s names, each program rendered again from its knobs and its
+/// launch plan resolved on the task's timed configuration), and up to `pairs_per_task` of
+/// their pairs per task as [`cudaperf::ranker::Pair::train_only`] pairs: they train the
+/// model, but a held-out task's table pairs are held out with it and no table pair is ever
+/// validated or tested on, so cross-validation still reports the dataset's pairs alone.
+/// The pairs are spread evenly over all pairs of the task's correct programs in hash order
+/// (deterministic), each ordered by the row's speedup (its own reference measured in the
+/// same run). Returns (samples, pairs) added.
+pub fn add_train_only_pairs(
+    data: &mut cudaperf::ranker::RankingData,
+    rows: &[Row],
+    fixtures: &Path,
+    pairs_per_task: usize,
+) -> Result<(usize, usize), String> {
+    use cudaperf::ranker::{features_for, FeatureSet, Pair, Sample, TimedPlan};
+    let set = FeatureSet::of(&data.feature_names);
+    let mut by_task: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        if r.verdict == Verdict::Correct && r.speedup.is_some_and(|s| s > 0.0 && s.is_finite()) {
+            by_task.entry(&r.task).or_default().push(r);
+        }
+    }
+    let (mut samples, mut pairs) = (0, 0);
+    for (id, mut task_rows) in by_task {
+        task_rows.sort_by(|a, b| a.hash.cmp(&b.hash));
+        let task = cudaperf::task::Task::load(fixtures.join("tasks").join(id))
+            .map_err(|e| format!("table task {id}: {e}"))?;
+        let space_task =
+            space::task(id).ok_or_else(|| format!("table row of unknown task `{id}`"))?;
+        let first = data.samples.len();
+        for r in &task_rows {
+            let what = format!("table program {id} {}", r.hash);
+            let src = space_task
+                .render(&r.knobs)
+                .map_err(|e| format!("{what}: {e}"))?;
+            if space::source_hash(&src) != r.hash {
+                return Err(format!("{what}: the space no longer renders this hash"));
+            }
+            let plan = set
+                .needs_plan()
+                .then(|| TimedPlan::of_source(&task, &src, &Default::default(), &what))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let input = plan.as_ref().map(|p| p.input(&task, &src));
+            let features = features_for(&src, input.as_ref(), &data.feature_names)
+                .map_err(|e| format!("{what}: {e}"))?;
+            data.samples.push(Sample {
+                task: id.to_string(),
+                kind: task.kind.as_str().to_string(),
+                name: format!("table:{}", r.hash),
+                features,
+            });
+        }
+        let n = task_rows.len();
+        let all = n * n.saturating_sub(1) / 2;
+        let step = all.div_ceil(pairs_per_task.max(1)).max(1);
+        let mut k = 0;
+        for a in 0..n {
+            for b in a + 1..n {
+                if k % step == 0 {
+                    let (sa, sb) = (task_rows[a].speedup.unwrap(), task_rows[b].speedup.unwrap());
+                    let (fast, slow) = if sa >= sb { (a, b) } else { (b, a) };
+                    data.pairs.push(Pair {
+                        fast: first + fast,
+                        slow: first + slow,
+                        log_ratio: (sa.max(sb) / sa.min(sb)).ln() as f32,
+                        train_only: true,
+                    });
+                    pairs += 1;
+                }
+                k += 1;
+            }
+        }
+        samples += n;
+    }
+    data.validate().map_err(|e| e.to_string())?;
+    Ok((samples, pairs))
+}

@@ -31,6 +31,12 @@ pub struct Pair {
     /// [`RankerConfig::min_log_ratio`](super::RankerConfig::min_log_ratio) count as ties
     /// within measurement noise and are skipped in training and evaluation.
     pub log_ratio: f32,
+    /// Used to train only: never a validation (early stopping, temperature) or a held-out
+    /// test pair, so extra data (e.g. a measured program table) can teach the model without
+    /// changing what cross-validation reports. Its task still follows its fold: a held-out
+    /// task's train-only pairs are held out with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub train_only: bool,
 }
 
 /// Samples, pairs and the names of the feature dimensions: everything training needs.
@@ -147,13 +153,29 @@ impl RankingData {
         set.into_iter().map(str::to_owned).collect()
     }
 
-    /// Indices of the pairs whose task is in `tasks` and whose log ratio is not a tie.
+    /// Indices of the pairs whose task is in `tasks` and whose log ratio is not a tie,
+    /// without the [`Pair::train_only`] ones: those that validation and evaluation read.
     pub(crate) fn pairs_of_tasks(&self, tasks: &BTreeSet<&str>, min_log_ratio: f32) -> Vec<usize> {
+        self.pairs_where(tasks, min_log_ratio, false)
+    }
+
+    /// The same with the train-only pairs: those that training reads.
+    pub(crate) fn training_pairs_of_tasks(
+        &self,
+        tasks: &BTreeSet<&str>,
+        min_log_ratio: f32,
+    ) -> Vec<usize> {
+        self.pairs_where(tasks, min_log_ratio, true)
+    }
+
+    fn pairs_where(&self, tasks: &BTreeSet<&str>, min_log_ratio: f32, train: bool) -> Vec<usize> {
         self.pairs
             .iter()
             .enumerate()
             .filter(|(_, p)| {
-                p.log_ratio >= min_log_ratio && tasks.contains(self.samples[p.fast].task.as_str())
+                (train || !p.train_only)
+                    && p.log_ratio >= min_log_ratio
+                    && tasks.contains(self.samples[p.fast].task.as_str())
             })
             .map(|(i, _)| i)
             .collect()

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use super::launch::{
-    detailed_probes, launch_features_probed, tree_for, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES,
-    LAUNCH_PREFIX,
+    detailed_probes, launch_features_probed, tree_for, LaunchInput, TimedPlan,
+    LAUNCH_FEATURE_NAMES, LAUNCH_PREFIX,
 };
 use super::traffic::{traffic_features_probed, TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX};
 use super::trained::check_names;
@@ -249,6 +249,7 @@ pub fn ranking_data(dataset: &Dataset, timings: &Timings, set: &FeatureSet) -> R
                 fast: *index.get(&(p.task.clone(), p.faster.clone()))?,
                 slow: *index.get(&(p.task.clone(), p.slower.clone()))?,
                 log_ratio: p.log_ratio as f32,
+                train_only: false,
             })
         })
         .collect();

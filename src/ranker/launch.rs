@@ -53,7 +53,8 @@
 
 use super::error::{RankerError, Result};
 use crate::analysis::{
-    AccessProbe, Features, KernelFeatures, KernelProbe, MemorySpace, ProbeArg, SourceTree, WarpProbe,
+    AccessProbe, Features, KernelFeatures, KernelProbe, MemorySpace, ProbeArg, SourceTree,
+    WarpProbe,
 };
 use crate::candidate::{Candidate, PlanLimits, ResolvedArg, ResolvedLaunch, ResolvedPlan};
 use crate::task::timing_config;

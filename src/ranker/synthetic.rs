@@ -45,6 +45,7 @@ pub fn decisive_feature(tasks: usize, impls: usize, dims: usize, seed: u64) -> R
                     fast,
                     slow,
                     log_ratio: log_times[slow] - log_times[fast],
+                    train_only: false,
                 });
             }
         }

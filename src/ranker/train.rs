@@ -374,7 +374,7 @@ fn member_pairs(
     let (train_tasks, val_tasks) = split_tasks(tasks, config.validation_fraction, config.seed);
     let train_set: BTreeSet<&str> = train_tasks.iter().map(String::as_str).collect();
     let val_set: BTreeSet<&str> = val_tasks.iter().map(String::as_str).collect();
-    let train_pairs = data.pairs_of_tasks(&train_set, config.train_min_log_ratio());
+    let train_pairs = data.training_pairs_of_tasks(&train_set, config.train_min_log_ratio());
     let val_pairs = data.pairs_of_tasks(&val_set, config.train_min_log_ratio());
     // Ties (trained towards 0.5 with soft targets) cannot teach an order on their own.
     let decisive = train_pairs
