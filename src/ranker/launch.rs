@@ -53,8 +53,7 @@
 
 use super::error::{RankerError, Result};
 use crate::analysis::{
-    AccessProbe, Features, KernelFeatures, KernelProbe, MemorySpace, ProbeArg, SourceTree,
-    WarpProbe,
+    AccessProbe, Features, KernelFeatures, KernelProbe, ProbeArg, SourceTree, WarpProbe,
 };
 use crate::candidate::{Candidate, PlanLimits, ResolvedArg, ResolvedLaunch, ResolvedPlan};
 use crate::task::timing_config;
@@ -303,16 +302,10 @@ pub(crate) fn launch_features_probed(
     };
     for (li, l) in plan.launches.iter().enumerate() {
         if let Some(probed) = probed {
-            let global: Vec<AccessProbe> = probed
+            let global = probed
                 .get(li)
                 .and_then(Option::as_ref)
-                .map(|k| {
-                    k.accesses
-                        .iter()
-                        .filter(|a| a.space == MemorySpace::Global)
-                        .map(|a| a.probe)
-                        .collect()
-                })
+                .map(KernelProbe::global_sectors)
                 .unwrap_or_default();
             sums.add_probe(&global);
         } else if let Some(probe) = &probe {

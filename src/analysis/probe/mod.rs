@@ -117,13 +117,7 @@ impl<'t> WarpProbe<'t> {
             return Vec::new();
         };
         probe_kernel(self.src, def, grid, block, args, false)
-            .map(|k| {
-                k.accesses
-                    .iter()
-                    .filter(|a| a.space == MemorySpace::Global)
-                    .map(|a| a.probe)
-                    .collect()
-            })
+            .map(|k| k.global_sectors())
             .unwrap_or_default()
     }
 
@@ -187,6 +181,19 @@ pub struct KernelProbe {
     pub spin_waits: u32,
     /// Loops whose trip count is unknown on lane 0.
     pub unknown_trips: u32,
+}
+
+impl KernelProbe {
+    /// The sectors of its global accesses: what [`WarpProbe::run`] returns for the same
+    /// launch (the detailed probe follows the same path; its trip simulation restores every
+    /// variable).
+    pub fn global_sectors(&self) -> Vec<AccessProbe> {
+        self.accesses
+            .iter()
+            .filter(|a| a.space == MemorySpace::Global)
+            .map(|a| a.probe)
+            .collect()
+    }
 }
 
 struct LaneRun {
