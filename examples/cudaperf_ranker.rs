@@ -221,6 +221,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     md.push_str(&table(&all, args.cv));
     if let Some(main) = all.first() {
         md.push_str(&calibration_section(main));
+        md.push_str(&shrink_section(&data, main, 0.15));
         md.push_str(&misses(&data, main));
     }
     std::fs::write(
@@ -324,6 +325,54 @@ fn calibration_section(main: &SeededCv) -> String {
         c.uncertainty_wrong_right.1
     );
     out
+}
+
+/// What `ShrunkRankerReward` (the ranker term `(2p − 1) · max(0, 1 − uncertainty / scale)`)
+/// does on the first seed's held-out pairs, each seen from its faster kernel: the mean weight
+/// left on pairs ordered right and wrong, the share of the term's mass with the wrong sign,
+/// and the mean |term| on ties.
+fn shrink_section(data: &RankingData, main: &SeededCv, scale: f64) -> String {
+    let Some(r) = main.reports.first() else {
+        return String::new();
+    };
+    let (mut hits, mut misses, mut ties) = (Vec::new(), Vec::new(), Vec::new());
+    for &(i, p, u) in &r.held_out_pairs {
+        let w = (1.0 - u / scale).max(0.0);
+        let term = 2.0 * p - 1.0;
+        if data.pairs[i].log_ratio < r.min_log_ratio {
+            ties.push((term.abs(), term.abs() * w));
+        } else if p > 0.5 {
+            hits.push((term, w));
+        } else {
+            misses.push((term, w));
+        }
+    }
+    let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let wrong_share = |shrunk: bool| {
+        let mass = |v: &[(f64, f64)]| -> f64 {
+            v.iter()
+                .map(|&(t, w)| t.abs() * if shrunk { w } else { 1.0 })
+                .sum()
+        };
+        let (right, wrong) = (mass(&hits), mass(&misses));
+        wrong / (right + wrong).max(f64::MIN_POSITIVE)
+    };
+    let weights = |v: &[(f64, f64)]| avg(&v.iter().map(|&(_, w)| w).collect::<Vec<_>>());
+    format!(
+        "The ranker term shrunk by the ensemble's disagreement (`ShrunkRankerReward`, scale \
+         {scale}; first seed, held-out pairs): mean weight left {:.2} on the {} pairs ordered \
+         right and {:.2} on the {} ordered wrong; share of the term's mass with the wrong sign \
+         {:.1} % → {:.1} %; mean |term| on the {} ties {:.2} → {:.2}.\n\n",
+        weights(&hits),
+        hits.len(),
+        weights(&misses),
+        misses.len(),
+        100.0 * wrong_share(false),
+        100.0 * wrong_share(true),
+        ties.len(),
+        avg(&ties.iter().map(|t| t.0).collect::<Vec<_>>()),
+        avg(&ties.iter().map(|t| t.1).collect::<Vec<_>>()),
+    )
 }
 
 /// The feature group that differs most (in training standard deviations) between the two

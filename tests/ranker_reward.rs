@@ -4,7 +4,7 @@
 mod common;
 
 use cudaperf::pipeline::{EvalOptions, Evaluator, Stage, Submission};
-use cudaperf::reward::{Context, RankerReward, Reward};
+use cudaperf::reward::{Context, RankerReward, Reward, ShrunkRankerReward};
 
 fn evaluator() -> Evaluator {
     // The default: the model embedded in the library, no file needed.
@@ -190,4 +190,61 @@ fn pipeline_scores_with_launch_features() {
     assert!(RankerReward
         .score(&ctx, &Submission::from_source(broken))
         .is_err());
+}
+
+/// Guards `ShrunkRankerReward`: on real implementations scored by the shipped 5-member
+/// ensemble it is the ranker term times `max(0, 1 − uncertainty / scale)`, never larger in
+/// magnitude and never of the other sign; a scale below the uncertainty gives 0, a stage
+/// without an uncertainty is not shrunk, and a scale that is not finite and > 0 is refused.
+#[test]
+fn shrunk_ranker_term_fades_with_the_ensembles_disagreement() {
+    let e = evaluator();
+    let ds = cudaperf::dataset::Dataset::load(common::fixture("tasks")).expect("dataset");
+    let shrunk = ShrunkRankerReward::default();
+    assert_eq!(shrunk.scale(), 0.15);
+    let mut uncertain = 0;
+    for (task_id, name) in [
+        ("vector_add", "strided_blocks"),
+        ("transpose", "smem_tiled_padded"),
+        ("layernorm", "block_per_row_smem"),
+        ("prefix_sum", "blelloch_padded_smem"),
+    ] {
+        let task = ds.task(task_id).expect("task");
+        let ctx = Context::new(task, &e);
+        let sub = Submission::from_source(task.implementation(name).expect("impl").source.clone());
+        let mut eval = ctx.evaluate(&sub, Stage::Ranker);
+        let plain = RankerReward.value(&ctx, &eval).expect("ranker");
+        let value = shrunk.value(&ctx, &eval).expect("shrunk");
+        let scores = eval
+            .stages
+            .ranker
+            .as_ref()
+            .and_then(|r| r.scores())
+            .expect("scored")
+            .clone();
+        let u = scores
+            .uncertainty
+            .expect("a 5-member model reports its uncertainty");
+        assert!((0.0..=0.5).contains(&u), "{task_id}/{name}: {u}");
+        uncertain += usize::from(u > 0.0);
+        let want = plain * (1.0 - u / 0.15).max(0.0);
+        assert!(
+            (value - want).abs() < 1e-12,
+            "{task_id}/{name}: {value} vs {want}"
+        );
+        assert!(value.abs() <= plain.abs() && value * plain >= 0.0);
+        if u > 0.0 {
+            let tight = ShrunkRankerReward::new(u / 2.0).unwrap();
+            assert_eq!(tight.value(&ctx, &eval).unwrap(), 0.0);
+        }
+        // A report written before uncertainties existed: the plain term.
+        let mut old = scores.clone();
+        old.uncertainty = None;
+        eval.stages.ranker = Some(cudaperf::pipeline::report::RankerStage::Scored(old));
+        assert_eq!(shrunk.value(&ctx, &eval).unwrap(), plain);
+    }
+    assert!(uncertain > 0, "the ensemble never disagreed");
+    for bad in [0.0, -0.1, f64::NAN, f64::INFINITY] {
+        assert!(ShrunkRankerReward::new(bad).is_none(), "{bad}");
+    }
 }

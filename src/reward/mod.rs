@@ -19,7 +19,7 @@ mod stages;
 mod structure;
 
 pub use combinators::{Clip, Gate, Map, Staged, Weighted};
-pub use ranker_stage::RankerReward;
+pub use ranker_stage::{RankerReward, ShrunkRankerReward};
 pub use stages::{
     CompileReward, CorrectReward, OutcomeLadder, PassRateReward, RooflineReward, SpeedupReward,
     SpeedupScale, SyntaxReward, DEFAULT_SPEED_CAP_LOG2,
