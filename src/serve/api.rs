@@ -70,6 +70,11 @@ pub struct Weights {
     /// Weight of the ranker term (default 0.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<f64>,
+    /// Fade the ranker term by the ensemble's disagreement: `ShrunkRankerReward` with this
+    /// scale (e.g. 0.15; finite and > 0), `(2p − 1) · max(0, 1 − uncertainty / scale)`.
+    /// Absent: the plain term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank_uncertainty_scale: Option<f64>,
     /// Syntax credit for programs that do not compile (default 0.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syntax_credit: Option<f64>,

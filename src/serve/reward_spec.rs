@@ -1,7 +1,7 @@
 //! Rewards by preset name, like the CLI's `--reward`, with optional weights.
 
 use super::api::{RewardSpec, Weights};
-use crate::reward::{presets, RankerReward, Reward, StructuralReward};
+use crate::reward::{presets, RankerReward, Reward, ShrunkRankerReward, StructuralReward};
 
 /// The preset names a request may use.
 pub const PRESET_NAMES: &str = presets::NAMES;
@@ -77,9 +77,29 @@ fn cudaperf_weighted(w: &Weights) -> Result<crate::reward::Weighted, SpecError> 
     }
     let structure: Option<Box<dyn Reward>> =
         (weights.structure != 0.0).then(|| Box::new(StructuralReward) as Box<dyn Reward>);
-    let ranker: Option<Box<dyn Reward>> =
-        (weights.rank != 0.0).then(|| Box::new(RankerReward) as Box<dyn Reward>);
+    let ranker = ranker_term(weights.rank, w.rank_uncertainty_scale)?;
     Ok(presets::cudaperf_with(weights, structure, ranker))
+}
+
+/// The ranker term of a weighted `cudaperf`: none at weight 0, shrunk by the ensemble's
+/// disagreement when `uncertainty_scale` is given.
+fn ranker_term(
+    weight: f64,
+    uncertainty_scale: Option<f64>,
+) -> Result<Option<Box<dyn Reward>>, SpecError> {
+    if weight == 0.0 {
+        return Ok(None);
+    }
+    let Some(scale) = uncertainty_scale else {
+        return Ok(Some(Box::new(RankerReward)));
+    };
+    let shrunk = ShrunkRankerReward::new(scale).ok_or_else(|| {
+        err(
+            "reward.weights.rank_uncertainty_scale",
+            format!("{scale} must be a finite number > 0 (e.g. 0.15)"),
+        )
+    })?;
+    Ok(Some(Box::new(shrunk)))
 }
 
 #[cfg(test)]
@@ -132,5 +152,31 @@ mod tests {
         };
         let e = build_reward(&spec("cudaperf", Some(bad))).err().unwrap();
         assert_eq!(e.field, "reward.weights.rank");
+    }
+
+    #[test]
+    fn rank_uncertainty_scale_picks_the_shrunk_ranker_term() {
+        let shrunk = Weights {
+            rank_uncertainty_scale: Some(0.15),
+            ..Default::default()
+        };
+        assert!(build_reward(&spec("cudaperf", Some(shrunk))).is_ok());
+        let name = |w: f64, s: Option<f64>| ranker_term(w, s).unwrap().map(|r| r.name());
+        assert_eq!(name(0.1, Some(0.15)).unwrap(), "ranker_shrunk(0.15)");
+        assert_eq!(name(0.1, None).unwrap(), "ranker");
+        assert_eq!(name(0.0, Some(0.15)), None);
+        for bad in [0.0, -1.0, f64::NAN] {
+            let w = Weights {
+                rank_uncertainty_scale: Some(bad),
+                ..Default::default()
+            };
+            let e = build_reward(&spec("cudaperf", Some(w))).err().unwrap();
+            assert_eq!(e.field, "reward.weights.rank_uncertainty_scale", "{bad}");
+            assert!(e.to_string().contains("> 0"), "{e}");
+        }
+        let json = r#"{"preset": "cudaperf", "weights": {"rank_uncertainty_scale": 0.2}}"#;
+        let s: RewardSpec = serde_json::from_str(json).unwrap();
+        assert_eq!(s.weights.unwrap().rank_uncertainty_scale, Some(0.2));
+        assert!(build_reward(&s).is_ok());
     }
 }
