@@ -25,6 +25,7 @@ use cudaperf::ranker::{
     self, cross_validate, cross_validate_scorer, CvReport, FeatureSet, RankerConfig, RankingData,
     CLEAR_PAIR_LOG_RATIO, CLOSE_PAIR_LOG_RATIO, LAUNCH_PREFIX, TRAFFIC_PREFIX,
 };
+use cudaperf::reward::ShrunkRankerReward;
 use cudaperf::timings::Timings;
 use serde::{Deserialize, Serialize};
 
@@ -106,6 +107,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             d
         }
     };
+    let (dataset_samples, dataset_pairs) = (data.samples.len(), data.pairs.len());
     let extra = match &args.table {
         Some(path) => {
             let rows = common::table::read(path)?;
@@ -124,13 +126,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         md,
         "{} implementations, {} pairs, {} features, {} tasks (timings: {} on {}, \
          fixtures/timings/h200.json){extra}\n",
-        data.samples.len()
-            - data
-                .samples
-                .iter()
-                .filter(|s| s.name.starts_with("table:"))
-                .count(),
-        data.pairs.iter().filter(|p| !p.train_only).count(),
+        dataset_samples,
+        dataset_pairs,
         data.feature_names.len(),
         data.tasks().len(),
         timings.device,
@@ -221,7 +218,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     md.push_str(&table(&all, args.cv));
     if let Some(main) = all.first() {
         md.push_str(&calibration_section(main));
-        md.push_str(&shrink_section(&data, main, 0.15));
+        md.push_str(&shrink_section(&data, main, ShrunkRankerReward::default()));
         md.push_str(&misses(&data, main));
     }
     std::fs::write(
@@ -331,13 +328,14 @@ fn calibration_section(main: &SeededCv) -> String {
 /// does on the first seed's held-out pairs, each seen from its faster kernel: the mean weight
 /// left on pairs ordered right and wrong, the share of the term's mass with the wrong sign,
 /// and the mean |term| on ties.
-fn shrink_section(data: &RankingData, main: &SeededCv, scale: f64) -> String {
+fn shrink_section(data: &RankingData, main: &SeededCv, shrunk: ShrunkRankerReward) -> String {
     let Some(r) = main.reports.first() else {
         return String::new();
     };
+    let scale = shrunk.scale();
     let (mut hits, mut misses, mut ties) = (Vec::new(), Vec::new(), Vec::new());
     for &(i, p, u) in &r.held_out_pairs {
-        let w = (1.0 - u / scale).max(0.0);
+        let w = shrunk.weight(u);
         let term = 2.0 * p - 1.0;
         if data.pairs[i].log_ratio < r.min_log_ratio {
             ties.push((term.abs(), term.abs() * w));

@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 
 use super::launch::{
-    detailed_probes, launch_features_probed, tree_for, LaunchInput, TimedPlan,
-    LAUNCH_FEATURE_NAMES, LAUNCH_PREFIX,
+    detailed_probes, launch_features_with, tree_for, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES,
+    LAUNCH_PREFIX,
 };
-use super::traffic::{traffic_features_probed, TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX};
+use super::traffic::{traffic_features_with, TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX};
 use super::trained::check_names;
 use super::{syntax_ngram_names, syntax_ngrams_of, Pair, RankerError, RankingData, Result, Sample};
-use crate::analysis::{analyze, analyze_tree, Features, SourceTree, FEATURE_NAMES};
+use crate::analysis::{analyze, analyze_tree, Features, KernelProbe, SourceTree, FEATURE_NAMES};
 use crate::candidate::PlanLimits;
 use crate::dataset::Dataset;
 use crate::timings::Timings;
@@ -173,14 +173,23 @@ pub fn features_from(
         };
         // One detailed warp probe per launch, shared by both groups (it is most of their cost).
         let mut parsed = None;
-        let probed = detailed_probes(&input, tree_for(input.tree, input.source, &mut parsed));
+        let tree = tree_for(input.tree, input.source, &mut parsed);
+        let probed = detailed_probes(&input, tree);
         let what = "the ranker input";
         if set.launch {
-            let named = launch_features_probed(&input, features, what, Some(&probed))?;
+            let sectors: Vec<_> = probed
+                .iter()
+                .map(|k| {
+                    k.as_ref()
+                        .map(KernelProbe::global_sectors)
+                        .unwrap_or_default()
+                })
+                .collect();
+            let named = launch_features_with(&input, tree, features, what, &sectors)?;
             v.extend(named.into_iter().map(|(_, x)| x));
         }
         if set.traffic {
-            let named = traffic_features_probed(&input, features, what, Some(&probed))?;
+            let named = traffic_features_with(&input, features, what, &probed)?;
             v.extend(named.into_iter().map(|(_, x)| x));
         }
     }

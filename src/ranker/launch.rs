@@ -240,15 +240,29 @@ pub fn launch_features_named(
     features: &Features,
     what: &str,
 ) -> Result<Vec<(&'static str, f32)>> {
-    launch_features_probed(input, features, what, None)
+    let mut parsed = None;
+    let tree = tree_for(input.tree, input.source, &mut parsed);
+    let probe = tree.map(WarpProbe::new);
+    let sectors: Vec<Vec<AccessProbe>> = input
+        .plan
+        .launches
+        .iter()
+        .map(|l| {
+            probe.as_ref().map_or_else(Vec::new, |p| {
+                let args = probe_args(input.task, input.config, l);
+                p.run(&l.kernel, l.grid, l.block, &args)
+            })
+        })
+        .collect();
+    launch_features_with(input, tree, features, what, &sectors)
 }
 
-/// The detailed warp probe of every launch of `input`'s plan, in plan order (`None` where
-/// the kernel is not found or takes other parameters). The launch and traffic features of
-/// one candidate share it ([`launch_features_probed`], `traffic_features_probed`): the
-/// sector probe is its global accesses, because the detailed probe follows the same path
-/// (its trip simulation restores every variable) and only adds trip counts and a
-/// neighbouring block's lane.
+/// The detailed warp probe of every launch of `input`'s plan on `tree`, in plan order
+/// (`None` where the kernel is not found or takes other parameters). The launch and traffic
+/// features of one candidate share it: the sector probe is its
+/// [`KernelProbe::global_sectors`], because the detailed probe follows the same path (its
+/// trip simulation restores every variable) and only adds trip counts and a neighbouring
+/// block's lane.
 pub(crate) fn detailed_probes(
     input: &LaunchInput<'_>,
     tree: Option<&SourceTree>,
@@ -271,20 +285,17 @@ pub(crate) fn detailed_probes(
         .collect()
 }
 
-/// [`launch_features_named`] with the launches' detailed probes already run
-/// ([`detailed_probes`]); `None`: the sector probe runs here.
-pub(crate) fn launch_features_probed(
+/// [`launch_features_named`] from `input`'s source parsed as `tree` and the sectors each
+/// launch's warp touches (one list per launch, in plan order; empty where nothing was probed).
+pub(crate) fn launch_features_with(
     input: &LaunchInput<'_>,
+    tree: Option<&SourceTree>,
     features: &Features,
     what: &str,
-    probed: Option<&[Option<KernelProbe>]>,
+    sectors: &[Vec<AccessProbe>],
 ) -> Result<Vec<(&'static str, f32)>> {
     let LaunchInput {
-        task,
-        config,
-        plan,
-        source,
-        tree,
+        task, config, plan, ..
     } = *input;
     if plan.launches.is_empty() {
         return Err(launch_error(what, "the plan has no launch"));
@@ -292,25 +303,10 @@ pub(crate) fn launch_features_probed(
     let param_lens = param_lens(task, config, what)?;
     let n = param_lens.iter().copied().max().unwrap_or(0).max(1) as f64;
     let mut sums = PlanSums::new();
-    // Sectors a warp's global accesses touch over the fewest they could (concrete probe).
-    let mut parsed = None;
-    let tree = tree_for(tree, source, &mut parsed);
-    let probe = if probed.is_none() {
-        tree.map(WarpProbe::new)
-    } else {
-        None
-    };
     for (li, l) in plan.launches.iter().enumerate() {
-        if let Some(probed) = probed {
-            let global = probed
-                .get(li)
-                .and_then(Option::as_ref)
-                .map(KernelProbe::global_sectors)
-                .unwrap_or_default();
-            sums.add_probe(&global);
-        } else if let Some(probe) = &probe {
-            let args = probe_args(task, config, l);
-            sums.add_probe(&probe.run(&l.kernel, l.grid, l.block, &args));
+        // Sectors a warp's global accesses touch over the fewest they could (concrete probe).
+        if let Some(s) = sectors.get(li) {
+            sums.add_probe(s);
         }
         let base = l.kernel.split('<').next().unwrap_or(&l.kernel).trim();
         let kernel = features.kernels.iter().find(|k| k.name == base);

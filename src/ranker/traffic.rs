@@ -153,35 +153,24 @@ pub fn traffic_features_named(
     features: &Features,
     what: &str,
 ) -> Result<Vec<(&'static str, f32)>> {
-    traffic_features_probed(input, features, what, None)
+    let mut parsed = None;
+    let probed = detailed_probes(input, tree_for(input.tree, input.source, &mut parsed));
+    traffic_features_with(input, features, what, &probed)
 }
 
-/// [`traffic_features_named`] with the launches' detailed probes already run
-/// ([`detailed_probes`]); `None`: they run here.
-pub(crate) fn traffic_features_probed(
+/// [`traffic_features_named`] from the launches' detailed probes ([`detailed_probes`], one
+/// per launch in plan order).
+pub(crate) fn traffic_features_with(
     input: &LaunchInput<'_>,
     features: &Features,
     what: &str,
-    probed: Option<&[Option<KernelProbe>]>,
+    probed: &[Option<KernelProbe>],
 ) -> Result<Vec<(&'static str, f32)>> {
     let LaunchInput {
-        task,
-        config,
-        plan,
-        source,
-        tree,
+        task, config, plan, ..
     } = *input;
     let lens = param_lens(task, config, what)?;
     let n = lens.iter().copied().max().unwrap_or(0).max(1) as f64;
-    let mut parsed = None;
-    let owned;
-    let probed = match probed {
-        Some(p) => p,
-        None => {
-            owned = detailed_probes(input, tree_for(tree, source, &mut parsed));
-            &owned
-        }
-    };
     let nothing_probed = KernelProbe::default();
     let mut t = Totals::default();
     for (li, l) in plan.launches.iter().enumerate() {

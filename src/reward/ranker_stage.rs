@@ -62,6 +62,12 @@ impl ShrunkRankerReward {
     pub fn scale(&self) -> f64 {
         self.scale
     }
+
+    /// The share of the ranker term kept at this uncertainty: `max(0, 1 − uncertainty /
+    /// scale)`.
+    pub fn weight(&self, uncertainty: f64) -> f64 {
+        (1.0 - uncertainty / self.scale).max(0.0)
+    }
 }
 
 impl Default for ShrunkRankerReward {
@@ -81,7 +87,7 @@ impl Reward for ShrunkRankerReward {
     fn value(&self, _: &Context, eval: &Evaluation) -> Result<f64> {
         ranker_value(self, eval, |r| {
             let u = r.uncertainty.filter(|u| u.is_finite()).unwrap_or(0.0);
-            (2.0 * r.prob_faster - 1.0) * (1.0 - u / self.scale).max(0.0)
+            (2.0 * r.prob_faster - 1.0) * self.weight(u)
         })
     }
 }
