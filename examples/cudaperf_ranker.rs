@@ -23,7 +23,7 @@ use clap::Parser;
 use cudaperf::dataset::Dataset;
 use cudaperf::ranker::{
     self, cross_validate, cross_validate_scorer, CvReport, FeatureSet, RankerConfig, RankingData,
-    CLEAR_PAIR_LOG_RATIO, CLOSE_PAIR_LOG_RATIO, LAUNCH_PREFIX, TRAFFIC_PREFIX,
+    CLEAR_PAIR_LOG_RATIO, CLOSE_PAIR_LOG_RATIO, LAUNCH_PREFIX, REFERENCE_PREFIX, TRAFFIC_PREFIX,
 };
 use cudaperf::reward::ShrunkRankerReward;
 use cudaperf::timings::Timings;
@@ -72,6 +72,10 @@ struct Args {
     /// Train-only pairs per task taken from `--table`.
     #[arg(long, default_value_t = 200)]
     table_pairs: usize,
+    /// Give the model each implementation's features next to their difference from its
+    /// task's reference (`vs_reference_*`), as the shipped model has; false: the features alone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    reference_context: bool,
 }
 
 /// Which feature names an ablation keeps.
@@ -121,6 +125,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         None => String::new(),
     };
+    // After the table: its programs' features are computed on the base names too.
+    if args.reference_context {
+        data = data.with_reference_context()?;
+    }
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -165,24 +173,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     // 3. Leave-tasks-out CV, per seed, of the full model and each ablation.
+    // An ablation removes a feature and its `vs_reference_` copy together.
+    let base = |n: &str| n.strip_prefix(REFERENCE_PREFIX).unwrap_or(n).to_string();
     let groups: Vec<(&str, Keep)> = {
         let mut g: Vec<(&str, Keep)> = vec![("all features (shipped)", Box::new(|_: &str| true))];
         if args.ablate {
+            if args.reference_context {
+                g.push((
+                    "without reference context (the features alone)",
+                    Box::new(|n: &str| !n.starts_with(REFERENCE_PREFIX)),
+                ));
+            }
             g.push((
                 "without traffic (memory, reuse, serial work)",
-                Box::new(|n: &str| !n.starts_with(TRAFFIC_PREFIX)),
+                Box::new(move |n: &str| !base(n).starts_with(TRAFFIC_PREFIX)),
             ));
             g.push((
                 "without launch plan",
-                Box::new(|n: &str| !n.starts_with(LAUNCH_PREFIX)),
+                Box::new(move |n: &str| !base(n).starts_with(LAUNCH_PREFIX)),
             ));
             g.push((
                 "without structural (launch + traffic only)",
-                Box::new(|n: &str| n.starts_with(LAUNCH_PREFIX) || n.starts_with(TRAFFIC_PREFIX)),
+                Box::new(move |n: &str| {
+                    let n = base(n);
+                    n.starts_with(LAUNCH_PREFIX) || n.starts_with(TRAFFIC_PREFIX)
+                }),
             ));
             g.push((
                 "structural only (the previous features minus launch)",
-                Box::new(|n: &str| !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(TRAFFIC_PREFIX)),
+                Box::new(move |n: &str| {
+                    let n = base(n);
+                    !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(TRAFFIC_PREFIX)
+                }),
             ));
             g.push((
                 "analytical time estimate alone (nothing trained)",
@@ -384,7 +406,7 @@ fn cause(data: &RankingData, std: &[f64], fast: usize, slow: usize) -> &'static 
             best = (d, name.as_str());
         }
     }
-    let n = best.1;
+    let n = best.1.strip_prefix(REFERENCE_PREFIX).unwrap_or(best.1);
     if n.is_empty() {
         "identical features"
     } else if n.starts_with("traffic_barriers")

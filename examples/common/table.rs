@@ -335,8 +335,9 @@ pub struct RankerScorer {
     launch: bool,
     limits: cudaperf::candidate::PlanLimits,
     origin: String,
-    /// Per task: the fixture task and the model's member scores of its reference.
-    tasks: std::collections::HashMap<String, (cudaperf::task::Task, Vec<f32>)>,
+    /// Per task: the fixture task, its reference's base features and the model's member
+    /// scores of the reference.
+    tasks: std::collections::HashMap<String, (cudaperf::task::Task, Vec<f32>, Vec<f32>)>,
 }
 
 impl RankerScorer {
@@ -344,7 +345,7 @@ impl RankerScorer {
     pub fn new(model: &Path) -> Result<RankerScorer, String> {
         let ranker = cudaperf::ranker::TrainedRanker::load_unchecked(model)
             .map_err(|e| format!("ranker model {}: {e}", model.display()))?;
-        let names = ranker.feature_names().to_vec();
+        let names = ranker.base_feature_names().to_vec();
         let launch = cudaperf::ranker::FeatureSet::of(&names).needs_plan();
         Ok(RankerScorer {
             ranker,
@@ -364,33 +365,46 @@ impl RankerScorer {
         let task = cudaperf::task::Task::load(fixtures.join("tasks").join(id))
             .map_err(|e| format!("task {id}: {e}"))?;
         let src = task.reference.source.clone();
-        let (_, reference) = self
-            .member_scores(&task, &src, "the task's reference")
+        let what = "the task's reference";
+        let f = self
+            .base_features(&task, &src, what)
             .map_err(|e| format!("{id}: {e}"))?;
-        self.tasks.insert(id.to_string(), (task, reference));
+        let (_, reference) = self
+            .member_scores(&f, &f)
+            .map_err(|e| format!("{id}: {what}: {e}"))?;
+        self.tasks.insert(id.to_string(), (task, f, reference));
         Ok(())
     }
 
-    fn member_scores(
+    /// The base features ([`cudaperf::ranker::TrainedRanker::base_feature_names`]) of `src` in `task`.
+    fn base_features(
         &self,
         task: &cudaperf::task::Task,
         src: &str,
         what: &str,
-    ) -> Result<(Vec<f32>, Vec<f32>), String> {
+    ) -> Result<Vec<f32>, String> {
         use cudaperf::ranker::{features_for, TimedPlan};
         let plan = self
             .launch
             .then(|| TimedPlan::of_source(task, src, &self.limits, what))
             .transpose()
             .map_err(|e| e.to_string())?;
-        let f = features_for(
+        features_for(
             src,
             plan.as_ref().map(|p| p.input(task, src)).as_ref(),
             &self.names,
         )
-        .map_err(|e| e.to_string())?;
-        let scores = self.ranker.member_scores(&f).map_err(|e| e.to_string())?;
-        Ok((f, scores))
+        .map_err(|e| e.to_string())
+    }
+
+    /// The model's input for base features `f` against the reference's, and its member scores.
+    fn member_scores(&self, f: &[f32], reference: &[f32]) -> Result<(Vec<f32>, Vec<f32>), String> {
+        let x = self
+            .ranker
+            .input_against(f, reference)
+            .map_err(|e| e.to_string())?;
+        let scores = self.ranker.member_scores(&x).map_err(|e| e.to_string())?;
+        Ok((x, scores))
     }
 
     /// The ranker stage of a row (its program rendered again from its knobs; an error if it
@@ -406,11 +420,12 @@ impl RankerScorer {
                 r.hash
             ));
         }
-        let (task, reference) = self
+        let (task, ref_features, reference) = self
             .tasks
             .get(&r.task)
             .ok_or_else(|| format!("task {} not added", r.task))?;
-        let (f, cand) = self.member_scores(task, &src, "the candidate")?;
+        let f = self.base_features(task, &src, "the candidate")?;
+        let (f, cand) = self.member_scores(&f, ref_features)?;
         let verdict = self.ranker.compare_scores(&cand, reference, Some(&f));
         let mean = |v: &[f32]| f64::from(v.iter().sum::<f32>()) / v.len().max(1) as f64;
         Ok(RankerScores {

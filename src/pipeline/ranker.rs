@@ -35,13 +35,21 @@ pub(crate) struct RankerInput<'a> {
 /// puts it in `EvalOptions::ranker_model` when that is not given.
 pub const RANKER_MODEL_ENV: &str = "CUDAPERF_RANKER_MODEL";
 
+/// What the stage keeps of a task's reference.
+#[derive(Clone)]
+struct ReferenceScores {
+    features: Vec<f32>,
+    members: Vec<f32>,
+}
+
 /// The ranker stage's state: the model (loaded on first use) and the reference scores.
 pub(crate) struct RankerState {
     source: Option<PathBuf>,
     origin: String,
     model: OnceLock<Result<Arc<TrainedRanker>, NoRanker>>,
-    /// Each member's score of a task's reference, by task id.
-    reference_scores: Mutex<HashMap<String, Vec<f32>>>,
+    /// A task's reference, by task id: its base features (a reference-context model scores
+    /// candidates against them) and each member's score of it.
+    reference_scores: Mutex<HashMap<String, ReferenceScores>>,
 }
 
 impl RankerState {
@@ -116,7 +124,7 @@ impl RankerState {
 
     fn score(&self, task: &Task, input: &RankerInput<'_>) -> Result<RankerScores, String> {
         let ranker = self.model().map_err(|e| e.reason)?;
-        let names = ranker.feature_names();
+        let names = ranker.base_feature_names();
         let launch = FeatureSet::of(names).needs_plan();
         let source = input.candidate.map_or("", |c| c.source.as_str());
         let timed = if launch {
@@ -131,9 +139,6 @@ impl RankerState {
             names,
         )
         .map_err(|e| e.to_string())?;
-        let cand = ranker
-            .member_scores(&cand_features)
-            .map_err(|e| e.to_string())?;
         let cached = self
             .reference_scores
             .lock()
@@ -159,7 +164,13 @@ impl RankerState {
                         .as_ref(),
                     names,
                 )
-                .and_then(|f| ranker.member_scores(&f))
+                .and_then(|f| {
+                    let members = ranker.member_scores(&ranker.input_against(&f, &f)?)?;
+                    Ok(ReferenceScores {
+                        features: f,
+                        members,
+                    })
+                })
                 .map_err(|e| format!("{what}: {e}"))?;
                 self.reference_scores
                     .lock()
@@ -168,7 +179,14 @@ impl RankerState {
                 r
             }
         };
-        let verdict = ranker.compare_scores(&cand, &reference, Some(&cand_features));
+        let cand_input = ranker
+            .input_against(&cand_features, &reference.features)
+            .map_err(|e| e.to_string())?;
+        let cand = ranker
+            .member_scores(&cand_input)
+            .map_err(|e| e.to_string())?;
+        let reference = reference.members;
+        let verdict = ranker.compare_scores(&cand, &reference, Some(&cand_input));
         let mean = |v: &[f32]| f64::from(v.iter().sum::<f32>()) / v.len().max(1) as f64;
         Ok(RankerScores {
             candidate_score: mean(&cand),

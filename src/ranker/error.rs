@@ -14,6 +14,31 @@ pub enum RankerError {
         reason: String,
     },
 
+    /// A reference-context transform needs each task's reference implementation, and this
+    /// task has none (no sample named `reference`).
+    #[error(
+        "task `{task}` has no sample named `{name}`: features relative to the reference need the task's reference implementation"
+    )]
+    NoReference {
+        /// The task without a reference sample.
+        task: String,
+        /// The sample name that marks a reference.
+        name: String,
+    },
+
+    /// A reference-context model was asked to score features without the reference's.
+    #[error(
+        "{what}: the model scores a candidate against its task's reference ({features} of its \
+         input features are `vs_reference_*`), so it needs the reference's features too; use \
+         `TrainedRanker::input_against`"
+    )]
+    NeedsReference {
+        /// What was being scored.
+        what: String,
+        /// Number of reference-relative inputs.
+        features: usize,
+    },
+
     /// The data set declares no feature names, or samples have no features.
     #[error("no features: the ranking data declares no feature names")]
     NoFeatures,

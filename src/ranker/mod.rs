@@ -37,6 +37,7 @@
 
 mod compare;
 mod config;
+mod context;
 mod data;
 mod error;
 mod eval;
@@ -56,6 +57,9 @@ mod trained;
 
 pub use compare::{compare_on_folds, cv_table, hand_weighted_scores, CvComparison};
 pub use config::RankerConfig;
+pub use context::{
+    context_base_len, context_names, with_reference, REFERENCE_PREFIX, REFERENCE_SAMPLE,
+};
 pub use data::{Pair, RankingData, Sample};
 pub use error::{RankerError, Result};
 pub use eval::{

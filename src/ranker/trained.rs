@@ -4,6 +4,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::config::RankerConfig;
+use super::context::{context_base_len, with_reference};
 use super::error::{RankerError, Result};
 use super::model::{read_vec, MlpWeights};
 use super::normalize::Normalizer;
@@ -140,8 +141,51 @@ impl TrainedRanker {
         check_names("trained ranker", &self.feature_names, expected)
     }
 
+    /// The names of the feature vectors its callers compute: [`feature_names`](Self::feature_names)
+    /// without the `vs_reference_*` half for a [reference-context](Self::reference_context)
+    /// model, all of them otherwise.
+    pub fn base_feature_names(&self) -> &[String] {
+        let n = context_base_len(&self.feature_names).unwrap_or(self.feature_names.len());
+        &self.feature_names[..n]
+    }
+
+    /// True when the model scores a candidate together with its difference from the task's
+    /// reference (its feature names end with a `vs_reference_` copy of the others; see
+    /// [`input_against`](Self::input_against)).
+    pub fn reference_context(&self) -> bool {
+        context_base_len(&self.feature_names).is_some()
+    }
+
+    /// The model's input for a candidate whose base features ([`base_feature_names`](Self::base_feature_names))
+    /// are `candidate`, in a task whose reference's are `reference`: `[candidate, candidate −
+    /// reference]` for a reference-context model, `candidate` itself otherwise (the reference
+    /// is then only checked). Score the reference with `input_against(reference, reference)`.
+    pub fn input_against(&self, candidate: &[f32], reference: &[f32]) -> Result<Vec<f32>> {
+        let base = self.base_feature_names().len();
+        for (index, x) in [candidate, reference].into_iter().enumerate() {
+            if x.len() != base {
+                return Err(RankerError::InputLength {
+                    index,
+                    expected: base,
+                    found: x.len(),
+                });
+            }
+        }
+        Ok(if self.reference_context() {
+            with_reference(candidate, reference)
+        } else {
+            candidate.to_vec()
+        })
+    }
+
     fn check_input(&self, index: usize, x: &[f32]) -> Result<()> {
         let expected = self.feature_names.len();
+        if x.len() != expected && self.reference_context() && 2 * x.len() == expected {
+            return Err(RankerError::NeedsReference {
+                what: format!("input {index}"),
+                features: expected / 2,
+            });
+        }
         if x.len() != expected {
             return Err(RankerError::InputLength {
                 index,

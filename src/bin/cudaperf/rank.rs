@@ -82,7 +82,21 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
         Some(dir) => TrainedRanker::load_unchecked(dir),
         None => TrainedRanker::shipped(),
     }?;
-    let (ma, mb) = (score(&ranker, &task, &a.a)?, score(&ranker, &task, &a.b)?);
+    // A reference-context model scores each file against the task's reference.
+    let reference = base_features(
+        &ranker,
+        &task,
+        &task.reference.source,
+        "the task's reference",
+    )
+    .map_err(|source| Error::Features {
+        file: "the task's reference".into(),
+        source: Box::new(source),
+    })?;
+    let (ma, mb) = (
+        score(&ranker, &task, &a.a, &reference)?,
+        score(&ranker, &task, &a.b, &reference)?,
+    );
     // Calibrated (the model's temperature), with the ensemble's disagreement.
     let verdict = ranker.compare_scores(&ma, &mb, None);
     let mean = |m: &[f32]| m.iter().sum::<f32>() / m.len().max(1) as f32;
@@ -118,8 +132,13 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The ranker members' scores of one candidate file.
-fn score(ranker: &TrainedRanker, task: &Task, path: &Path) -> Result<Vec<f32>, Error> {
+/// The ranker members' scores of one candidate file, against the reference's base features.
+fn score(
+    ranker: &TrainedRanker,
+    task: &Task,
+    path: &Path,
+    reference: &[f32],
+) -> Result<Vec<f32>, Error> {
     let name = input::display_name(path);
     let sub = input::read_submission(path)?;
     let code = match (sub.code(), sub.candidate()) {
@@ -137,24 +156,32 @@ fn score(ranker: &TrainedRanker, task: &Task, path: &Path) -> Result<Vec<f32>, E
             })
         }
     };
-    // A model with launch-plan features needs the plan on the task's timed config.
-    let plan = if FeatureSet::of(ranker.feature_names()).needs_plan() {
+    let features = base_features(ranker, task, code, &name).map_err(|source| Error::Features {
+        file: name,
+        source: Box::new(source),
+    })?;
+    Ok(ranker.member_scores(&ranker.input_against(&features, reference)?)?)
+}
+
+/// The base feature vector ([`TrainedRanker::base_feature_names`]) of `code`; a model with
+/// launch-plan features needs the plan on the task's timed config.
+fn base_features(
+    ranker: &TrainedRanker,
+    task: &Task,
+    code: &str,
+    name: &str,
+) -> Result<Vec<f32>, RankerError> {
+    let names = ranker.base_feature_names();
+    let plan = if FeatureSet::of(names).needs_plan() {
         Some(TimedPlan::of_source(
             task,
             code,
             &PlanLimits::default(),
-            &name,
+            name,
         )?)
     } else {
         None
     };
     let launch = plan.as_ref().map(|p| p.input(task, code));
-    let features =
-        features_for(code, launch.as_ref(), ranker.feature_names()).map_err(|source| {
-            Error::Features {
-                file: name,
-                source: Box::new(source),
-            }
-        })?;
-    Ok(ranker.member_scores(&features)?)
+    features_for(code, launch.as_ref(), names)
 }
