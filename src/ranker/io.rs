@@ -13,12 +13,14 @@ use super::error::{RankerError, Result};
 use super::model::{layer_dims, EnsembleNet, MlpWeights};
 use super::normalize::Normalizer;
 use super::trained::{check_names, TrainedRanker, TrainingSummary};
+use super::trees::BoostedTrees;
 
 /// Value of the `format` field of `ranker.json`.
 pub const MODEL_FORMAT: &str = "cudaperf-ranker";
-/// Version of the model directory layout this crate writes. Version 1 (a single scorer, no
-/// training range, no temperature) is still read.
-pub const MODEL_FORMAT_VERSION: u32 = 2;
+/// Version of the model directory layout this crate writes (3: members may have boosted
+/// trees, in [`TREES_FILE`]). Versions 1 (a single scorer, no training range, no
+/// temperature) and 2 (MLP members only) are still read.
+pub const MODEL_FORMAT_VERSION: u32 = 3;
 
 /// Oldest layout version this crate reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -26,6 +28,8 @@ const OLDEST_FORMAT_VERSION: u32 = 1;
 pub const METADATA_FILE: &str = "ranker.json";
 /// Name of the weights file inside a model directory.
 pub const WEIGHTS_FILE: &str = "weights.bpk";
+/// Name of the boosted-trees file inside a model directory (models with `config.trees > 0`).
+pub const TREES_FILE: &str = "trees.json";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Metadata {
@@ -41,6 +45,10 @@ struct Metadata {
     /// Ensemble members in the weights file (1: the file holds one scorer, as in version 1).
     #[serde(default = "one_member")]
     members: usize,
+    /// The members' boosted trees (version 3, `config.trees > 0`): a JSON array of one
+    /// [`BoostedTrees`] per member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trees_file: Option<String>,
 }
 
 fn one_member() -> usize {
@@ -54,6 +62,22 @@ const LEGACY_CONFIG: &[(&str, f64)] = &[
     ("min_pair_weight", 0.0),
     ("ensemble", 1.0),
     ("min_epochs", 0.0),
+    // Versions 1 and 2: no trees (the other tree fields then do nothing).
+    ("trees", 0.0),
+    ("tree_depth", 4.0),
+    ("tree_learning_rate", 0.05),
+    ("tree_min_samples", 10.0),
+    ("tree_colsample", 0.8),
+    ("tree_lambda", 1.0),
+];
+
+/// Integer fields among [`LEGACY_CONFIG`] (JSON numbers written as floats there).
+const LEGACY_INTEGERS: &[&str] = &[
+    "ensemble",
+    "min_epochs",
+    "trees",
+    "tree_depth",
+    "tree_min_samples",
 ];
 
 impl TrainedRanker {
@@ -77,13 +101,19 @@ impl TrainedRanker {
     ///     "training": { "epochs_run": 57, "best_epoch": 27, "train_tasks": ["..."],
     ///                   "members": [{ "seed": 1042, "best_epoch": 31, "...": "..." }],
     ///                   "temperature": 1.3, "...": "..." },
-    ///     "members": 5
+    ///     "members": 5,
+    ///     "trees_file": "trees.json"
     ///   }
     ///   ```
     /// * `weights.bpk` — the scorer's parameters written by burn's recorder (burnpack), one
     ///   tensor per path `layers.{i}.weight` (`[inputs, outputs]`, f32) and `layers.{i}.bias`
     ///   (`[outputs]`); for an ensemble (`members` > 1) `members.{m}.layers.{i}.weight` and
     ///   `members.{m}.layers.{i}.bias`.
+    ///
+    /// * `trees.json` — only when `config.trees > 0`: a JSON array with one object per
+    ///   member, `{"trees": [{"feature": [..], "value": [..], "left": [..], "right": [..]}, ..]}`
+    ///   ([`Tree`](super::Tree)'s layout; thresholds on the normalised features). A member's
+    ///   score is the mean of its MLP's and the sum of its trees'.
     ///
     /// Version 1 files (one scorer, no `normalizer.min`/`max`, no temperature, a config
     /// without the soft-target and ensemble fields) load as a one-member ensemble with
@@ -113,6 +143,21 @@ impl TrainedRanker {
             path: weights_path.clone(),
             message: e.to_string(),
         })?;
+        let trees_file = if self.trees.is_empty() {
+            None
+        } else {
+            let path = dir.join(TREES_FILE);
+            let json = serde_json::to_string(&self.trees).map_err(|source| RankerError::Json {
+                path: path.clone(),
+                source,
+            })?;
+            fs::write(&path, json).map_err(|source| RankerError::Io {
+                action: "write",
+                path,
+                source,
+            })?;
+            Some(TREES_FILE.to_string())
+        };
         let meta = Metadata {
             format: MODEL_FORMAT.into(),
             format_version: MODEL_FORMAT_VERSION,
@@ -124,6 +169,7 @@ impl TrainedRanker {
             config: self.config.clone(),
             training: self.summary.clone(),
             members: self.ensemble_size(),
+            trees_file,
         };
         let meta_path = dir.join(METADATA_FILE);
         let json = serde_json::to_string_pretty(&meta).map_err(|source| RankerError::Json {
@@ -179,22 +225,56 @@ impl TrainedRanker {
                 })
             }
         };
-        from_parts(meta, &bytes, &weights_path)
+        let trees = match &meta.trees_file {
+            Some(name) => {
+                let path = dir.join(name);
+                let text = fs::read_to_string(&path).map_err(|source| RankerError::Io {
+                    action: "read",
+                    path: path.clone(),
+                    source,
+                })?;
+                Some((text, path))
+            }
+            None => None,
+        };
+        from_parts(
+            meta,
+            &bytes,
+            &weights_path,
+            trees.as_ref().map(|(t, p)| (t.as_str(), p.as_path())),
+        )
     }
 
-    /// Loads a model from the contents of its two files (`ranker.json` and the weights),
-    /// e.g. a model embedded in a binary with `include_bytes!`. `origin` names it in errors.
-    pub fn from_bytes(metadata_json: &str, weights: &[u8], origin: &str) -> Result<Self> {
+    /// Loads a model from the contents of its files (`ranker.json`, the weights and, for a
+    /// model with trees, `trees.json`), e.g. a model embedded in a binary with
+    /// `include_bytes!`. `origin` names it in errors.
+    pub fn from_bytes(
+        metadata_json: &str,
+        weights: &[u8],
+        trees_json: Option<&str>,
+        origin: &str,
+    ) -> Result<Self> {
         let meta_path = Path::new(origin).join(METADATA_FILE);
         let meta = parse_metadata(metadata_json, &meta_path)?;
         let weights_path = Path::new(origin).join(&meta.weights_file);
-        from_parts(meta, weights, &weights_path)
+        let trees_path = Path::new(origin).join(meta.trees_file.as_deref().unwrap_or(TREES_FILE));
+        from_parts(
+            meta,
+            weights,
+            &weights_path,
+            trees_json.map(|t| (t, trees_path.as_path())),
+        )
     }
 
     /// The model shipped with the crate (`fixtures/models/ranker`, trained on the H200 timings
     /// of the dataset), embedded in the library: it needs no file at run time.
     pub fn shipped() -> Result<Self> {
-        Self::from_bytes(SHIPPED_METADATA, SHIPPED_WEIGHTS, SHIPPED_ORIGIN)
+        Self::from_bytes(
+            SHIPPED_METADATA,
+            SHIPPED_WEIGHTS,
+            Some(SHIPPED_TREES),
+            SHIPPED_ORIGIN,
+        )
     }
 }
 
@@ -202,6 +282,8 @@ impl TrainedRanker {
 const SHIPPED_METADATA: &str = include_str!("../../fixtures/models/ranker/ranker.json");
 /// `weights.bpk` of the shipped model.
 const SHIPPED_WEIGHTS: &[u8] = include_bytes!("../../fixtures/models/ranker/weights.bpk");
+/// `trees.json` of the shipped model.
+const SHIPPED_TREES: &str = include_str!("../../fixtures/models/ranker/trees.json");
 /// How the shipped model is named in reports and errors.
 pub const SHIPPED_ORIGIN: &str = "<shipped ranker>";
 
@@ -233,7 +315,7 @@ fn fill_legacy_config(config: &mut serde_json::Map<String, serde_json::Value>) {
     config
         .entry("calibrate")
         .or_insert(serde_json::json!(false));
-    for key in ["ensemble", "min_epochs"] {
+    for &key in LEGACY_INTEGERS {
         if let Some(e) = config.get_mut(key).filter(|e| e.is_f64()) {
             *e = serde_json::json!(e.as_f64().unwrap_or(0.0) as u64);
         }
@@ -285,20 +367,50 @@ fn check_metadata(meta: &Metadata) -> std::result::Result<(), String> {
     meta.config
         .validate()
         .map_err(|e| format!("`config`: {e}"))?;
-    if meta.weights_file.is_empty()
-        || Path::new(&meta.weights_file).components().count() != 1
-        || meta.weights_file.starts_with('.')
-    {
+    let plain =
+        |f: &str| !f.is_empty() && Path::new(f).components().count() == 1 && !f.starts_with('.');
+    if !plain(&meta.weights_file) {
         return Err(format!(
             "`weights_file` `{}` must be a plain file name inside the model folder",
             meta.weights_file
         ));
     }
+    match (&meta.trees_file, meta.config.trees) {
+        (Some(f), _) if !plain(f) => {
+            return Err(format!(
+                "`trees_file` `{f}` must be a plain file name inside the model folder"
+            ))
+        }
+        (Some(_), 0) => return Err("`trees_file` is set but `config.trees` is 0".into()),
+        (None, n) if n > 0 => {
+            return Err(format!(
+                "`config.trees` is {n} but no `trees_file` is named"
+            ))
+        }
+        _ => {}
+    }
     Ok(())
 }
 
-fn from_parts(meta: Metadata, weights: &[u8], weights_path: &Path) -> Result<TrainedRanker> {
+fn from_parts(
+    meta: Metadata,
+    weights: &[u8],
+    weights_path: &Path,
+    trees: Option<(&str, &Path)>,
+) -> Result<TrainedRanker> {
     let dims = layer_dims(meta.feature_names.len(), &meta.config.hidden);
+    let trees = match (&meta.trees_file, trees) {
+        (None, _) => Vec::new(),
+        (Some(_), None) => {
+            return Err(RankerError::InvalidModel {
+                path: weights_path.with_file_name(TREES_FILE),
+                reason: "the model has boosted trees but their file was not given".into(),
+            })
+        }
+        (Some(_), Some((text, path))) => {
+            read_trees(text, path, meta.members, meta.config.trees, dims[0])?
+        }
+    };
     let mut members = read_weights(weights, weights_path, &dims, meta.members)?.into_iter();
     let first = members.next().ok_or_else(|| RankerError::InvalidModel {
         path: weights_path.to_path_buf(),
@@ -312,7 +424,45 @@ fn from_parts(meta: Metadata, weights: &[u8], weights_path: &Path) -> Result<Tra
         temperature: meta.training.temperature,
         summary: meta.training,
         members: members.collect(),
+        trees,
     })
+}
+
+/// Parses and checks the members' trees: one [`BoostedTrees`] per member, each with
+/// `count` trees on `dim` inputs.
+fn read_trees(
+    text: &str,
+    path: &Path,
+    members: usize,
+    count: usize,
+    dim: usize,
+) -> Result<Vec<BoostedTrees>> {
+    let trees: Vec<BoostedTrees> =
+        serde_json::from_str(text).map_err(|source| RankerError::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let invalid = |reason: String| RankerError::InvalidModel {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if trees.len() != members {
+        return Err(invalid(format!(
+            "{} members' trees, the metadata says {members} members",
+            trees.len()
+        )));
+    }
+    for (m, t) in trees.iter().enumerate() {
+        if t.trees.len() != count {
+            return Err(invalid(format!(
+                "member {m} has {} trees, `config.trees` is {count}",
+                t.trees.len()
+            )));
+        }
+        t.check(dim)
+            .map_err(|e| invalid(format!("member {m}: {e}")))?;
+    }
+    Ok(trees)
 }
 
 /// Reads burnpack weights (one scorer, or an ensemble of `members`) into modules of the

@@ -54,6 +54,7 @@ pub mod synthetic;
 mod traffic;
 mod train;
 mod trained;
+pub mod trees;
 
 pub use compare::{compare_on_folds, cv_table, hand_weighted_scores, CvComparison};
 pub use config::RankerConfig;
@@ -70,7 +71,9 @@ pub use eval::{
 pub use from_dataset::{
     feature_names, features_for, features_from, ngram_buckets, ranking_data, FeatureSet,
 };
-pub use io::{METADATA_FILE, MODEL_FORMAT, MODEL_FORMAT_VERSION, SHIPPED_ORIGIN, WEIGHTS_FILE};
+pub use io::{
+    METADATA_FILE, MODEL_FORMAT, MODEL_FORMAT_VERSION, SHIPPED_ORIGIN, TREES_FILE, WEIGHTS_FILE,
+};
 pub use launch::{
     launch_features, launch_features_named, LaunchInput, TimedPlan, LAUNCH_FEATURE_NAMES,
     LAUNCH_PREFIX, REFERENCE_SMS,
@@ -88,3 +91,4 @@ pub use train::{train, train_on, EpochStats, TrainingHistory};
 pub use trained::{
     ranker_reward_value, sigmoid, Comparison, MemberSummary, TrainedRanker, TrainingSummary,
 };
+pub use trees::{BoostedTrees, Tree};

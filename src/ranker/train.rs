@@ -37,6 +37,7 @@ use super::model::{layer_dims, read_vec, MlpWeights, ScorerNet};
 use super::normalize::Normalizer;
 use super::rng::SplitMix64;
 use super::trained::{MemberSummary, TrainedRanker, TrainingSummary};
+use super::trees::BoostedTrees;
 
 /// What one epoch did; passed to the progress callback and kept in [`TrainingHistory`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -188,6 +189,10 @@ pub(crate) fn train_on_tasks(
         weights: first.weights,
         config: config.clone(),
         summary,
+        trees: std::iter::once(first.trees)
+            .chain(others.iter().map(|r| r.trees.clone()))
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
         members: others.into_iter().map(|r| r.weights).collect(),
         temperature,
     };
@@ -231,9 +236,21 @@ pub(crate) fn softplus(x: f64) -> f64 {
     }
 }
 
+/// A member's score of a normalised input: its MLP's, or the mean of its MLP's and its
+/// trees'.
+fn member_score(mlp: &MlpWeights, trees: Option<&BoostedTrees>, x: &[f32]) -> f32 {
+    let s = mlp.forward(x);
+    match trees {
+        Some(t) => 0.5 * (s + t.score(x)),
+        None => s,
+    }
+}
+
 /// One member's training run.
 struct MemberRun {
     weights: MlpWeights,
+    /// The member's boosted trees (`None` with `config.trees == 0`).
+    trees: Option<BoostedTrees>,
     history: TrainingHistory,
     summary: TrainingSummary,
     seed: u64,
@@ -244,7 +261,7 @@ impl MemberRun {
     fn weights_scores(&self, normed: &[f32], dim: usize) -> Vec<f64> {
         normed
             .chunks_exact(dim)
-            .map(|x| f64::from(self.weights.forward(x)))
+            .map(|x| f64::from(member_score(&self.weights, self.trees.as_ref(), x)))
             .collect()
     }
 
@@ -524,8 +541,28 @@ impl Epochs<'_> {
             members: Vec::new(),
             temperature: 1.0,
         };
+        // The trees learn from the member's training pairs only, like its MLP, so the
+        // temperature fitted on its validation pairs stays honest.
+        let config = self.config;
+        let trees = (config.trees > 0).then(|| {
+            let pairs: Vec<(usize, usize, f32, f32)> = self
+                .train_pairs
+                .iter()
+                .map(|&i| {
+                    let p = self.data.pairs[i];
+                    (
+                        p.fast,
+                        p.slow,
+                        config.pair_target(p.log_ratio),
+                        config.pair_weight(p.log_ratio),
+                    )
+                })
+                .collect();
+            BoostedTrees::fit(self.normed, self.dim, &pairs, config, config.seed)
+        });
         Ok(MemberRun {
             weights,
+            trees,
             history,
             summary,
             seed: self.config.seed,

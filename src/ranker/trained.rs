@@ -8,6 +8,7 @@ use super::context::{context_base_len, with_reference};
 use super::error::{RankerError, Result};
 use super::model::{read_vec, MlpWeights};
 use super::normalize::Normalizer;
+use super::trees::BoostedTrees;
 
 /// What the training run that produced a model saw; saved with the model.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -90,6 +91,8 @@ pub struct TrainedRanker {
     pub(crate) members: Vec<MlpWeights>,
     /// Calibration temperature: probabilities are `σ(Δs / T)`.
     pub(crate) temperature: f32,
+    /// Each member's boosted trees, in member order; empty for an MLP-only model.
+    pub(crate) trees: Vec<BoostedTrees>,
 }
 
 /// Logistic function, written to stay finite for any input.
@@ -209,6 +212,12 @@ impl TrainedRanker {
         std::iter::once(&self.weights).chain(&self.members)
     }
 
+    /// Each member's boosted trees, in member order (empty when the members are MLPs only;
+    /// otherwise a member scores the mean of its MLP and its trees).
+    pub fn trees(&self) -> &[BoostedTrees] {
+        &self.trees
+    }
+
     /// Number of ensemble members (1 for a single model).
     pub fn ensemble_size(&self) -> usize {
         1 + self.members.len()
@@ -233,7 +242,11 @@ impl TrainedRanker {
         let (mut a, mut b) = (Vec::new(), Vec::new());
         Ok(self
             .members()
-            .map(|m| m.forward_with(&x, &mut a, &mut b))
+            .enumerate()
+            .map(|(i, m)| match self.trees.get(i) {
+                Some(t) => 0.5 * (m.forward_with(&x, &mut a, &mut b) + t.score(&x)),
+                None => m.forward_with(&x, &mut a, &mut b),
+            })
             .collect())
     }
 
@@ -273,7 +286,11 @@ impl TrainedRanker {
                 self.normalizer.apply_into(x, &mut buf);
                 let sum: f32 = self
                     .members()
-                    .map(|m| m.forward_with(&buf, &mut a, &mut b))
+                    .enumerate()
+                    .map(|(i, m)| match self.trees.get(i) {
+                        Some(t) => 0.5 * (m.forward_with(&buf, &mut a, &mut b) + t.score(&buf)),
+                        None => m.forward_with(&buf, &mut a, &mut b),
+                    })
                     .sum();
                 Ok(sum / self.ensemble_size() as f32)
             })
@@ -292,12 +309,17 @@ impl TrainedRanker {
             self.check_input(i, x)?;
             rows.extend(self.normalizer.apply(x));
         }
-        let x = Tensor::<2>::from_data(TensorData::new(rows, [batch.len(), dim]), device);
+        let x = Tensor::<2>::from_data(TensorData::new(rows.clone(), [batch.len(), dim]), device);
         let mut total = vec![0.0f32; batch.len()];
-        for m in self.members() {
+        for (i, m) in self.members().enumerate() {
             let s = read_vec(m.to_module(device).forward(x.clone()))?;
-            for (t, v) in total.iter_mut().zip(s) {
-                *t += v;
+            // Trees have no tensor form: they run in plain Rust on the same rows.
+            let trees = self.trees.get(i);
+            for ((t, v), row) in total.iter_mut().zip(s).zip(rows.chunks_exact(dim)) {
+                *t += match trees {
+                    Some(tr) => 0.5 * (v + tr.score(row)),
+                    None => v,
+                };
             }
         }
         let k = self.ensemble_size() as f32;
