@@ -748,7 +748,135 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
         assert!(old.score(&fa).unwrap().is_finite() && old.score(&fb).unwrap().is_finite());
         assert_ne!(old.score(&fa).unwrap(), old.score(&fb).unwrap());
         let shipped = TrainedRanker::shipped().unwrap();
-        assert!(FeatureSet::of(shipped.feature_names()).launch);
-        assert!(features_for(&a, None, shipped.feature_names()).is_err());
+        assert!(FeatureSet::of(shipped.base_feature_names()).launch);
+        let err = features_for(&a, None, shipped.base_feature_names()).unwrap_err();
+        assert!(matches!(err, RankerError::LaunchPlan { .. }), "{err}");
+    }
+}
+
+// ---- Reference context and boosted trees (model format 3) ----
+
+mod context_and_trees {
+    use cudaperf::dataset::Dataset;
+    use cudaperf::ranker::{
+        features_for, ranking_data, train, FeatureSet, RankerConfig, RankerError, TrainedRanker,
+        REFERENCE_SAMPLE, TREES_FILE,
+    };
+    use cudaperf::timings::Timings;
+    use std::path::PathBuf;
+
+    fn fixture(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(rel)
+    }
+
+    // Guards the shipped model's shape: trained on the real dataset with reference context
+    // and trees (structural features here, for speed), it saves its trees, loads scoring
+    // bit-identically, builds its input from the kernel's and the reference's base features
+    // exactly as training did, refuses a vector without the reference, and rejects tampered
+    // or missing tree files with an error that names them.
+    #[test]
+    fn context_model_with_trees_round_trips_and_needs_the_reference() {
+        let ds = Dataset::load(fixture("tasks")).unwrap();
+        let timings = Timings::load(fixture("timings/h200.json")).unwrap();
+        let base = ranking_data(&ds, &timings, &FeatureSet::default()).unwrap();
+        let data = base.with_reference_context().unwrap();
+        let config = RankerConfig::new()
+            .with_epochs(3)
+            .with_min_epochs(1)
+            .with_ensemble(2)
+            .with_trees(20);
+        let (model, _) = train(&data, &config, |_| {}).unwrap();
+        assert!(model.reference_context());
+        assert_eq!(model.base_feature_names(), base.feature_names.as_slice());
+        assert_eq!(model.trees().len(), 2);
+        assert!(model.trees().iter().all(|t| t.trees.len() == 20));
+
+        // A member's score is the mean of its MLP's and its trees'.
+        let s = &data.samples[0];
+        let xn = model.normalizer().apply(&s.features);
+        let by_hand = 0.5 * (model.weights().forward(&xn) + model.trees()[0].score(&xn));
+        let members = model.member_scores(&s.features).unwrap();
+        assert!(
+            (members[0] - by_hand).abs() < 1e-5,
+            "{} vs {by_hand}",
+            members[0]
+        );
+
+        // From source: base features, then the input against the task's reference.
+        let i = data
+            .samples
+            .iter()
+            .position(|s| s.name != REFERENCE_SAMPLE)
+            .unwrap();
+        let s = &data.samples[i];
+        let t = ds.task(&s.task).unwrap();
+        let names = model.base_feature_names();
+        let f = features_for(&t.implementation(&s.name).unwrap().source, None, names).unwrap();
+        let r = features_for(&t.reference.source, None, names).unwrap();
+        assert_eq!(model.input_against(&f, &r).unwrap(), s.features);
+        let err = model.member_scores(&f).unwrap_err();
+        assert!(matches!(err, RankerError::NeedsReference { .. }), "{err}");
+        assert!(err.to_string().contains("input_against"), "{err}");
+        let err = model.input_against(&f, &r[1..]).unwrap_err();
+        assert!(
+            matches!(err, RankerError::InputLength { index: 1, .. }),
+            "{err}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        model.save(dir.path()).unwrap();
+        assert!(dir.path().join(TREES_FILE).is_file());
+        let loaded = TrainedRanker::load(dir.path(), &data.feature_names).unwrap();
+        for s in data.samples.iter().step_by(37) {
+            assert_eq!(
+                loaded.member_scores(&s.features).unwrap(),
+                model.member_scores(&s.features).unwrap()
+            );
+        }
+
+        // Tampered tree files are invalid models naming trees.json.
+        let trees_path = dir.path().join(TREES_FILE);
+        let text = std::fs::read_to_string(&trees_path).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v.as_array_mut().unwrap().pop();
+        std::fs::write(&trees_path, v.to_string()).unwrap();
+        let err = TrainedRanker::load_unchecked(dir.path()).unwrap_err();
+        assert!(matches!(err, RankerError::InvalidModel { .. }), "{err}");
+        assert!(err.to_string().contains(TREES_FILE), "{err}");
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let first = &mut v[0]["trees"][0];
+        if first["feature"][0].as_i64().unwrap() >= 0 {
+            first["left"][0] = serde_json::json!(0);
+        } else {
+            first["feature"][0] = serde_json::json!(100_000);
+            first["left"][0] = serde_json::json!(0);
+        }
+        std::fs::write(&trees_path, v.to_string()).unwrap();
+        let err = TrainedRanker::load_unchecked(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("member 0: tree 0"), "{err}");
+        std::fs::remove_file(&trees_path).unwrap();
+        let err = TrainedRanker::load_unchecked(dir.path()).unwrap_err();
+        assert!(matches!(err, RankerError::Io { .. }), "{err}");
+        assert!(err.to_string().contains(TREES_FILE), "{err}");
+    }
+
+    // Guards older models: a format-2 model (the RL ablation's held-out ranker) loads as
+    // MLP members without trees or reference context, and the shipped model has both.
+    #[test]
+    fn format_2_models_load_without_trees_and_the_shipped_one_has_them() {
+        let old = TrainedRanker::load_unchecked(fixture("models/ranker-heldout-rl")).unwrap();
+        assert!(old.trees().is_empty());
+        assert_eq!(old.config().trees, 0);
+        assert!(!old.reference_context());
+        assert_eq!(old.base_feature_names(), old.feature_names());
+        let shipped = TrainedRanker::shipped().unwrap();
+        assert!(shipped.reference_context());
+        assert_eq!(shipped.trees().len(), shipped.ensemble_size());
+        assert_eq!(
+            2 * shipped.base_feature_names().len(),
+            shipped.feature_names().len()
+        );
     }
 }

@@ -201,18 +201,23 @@ fn one_shared_probe_gives_the_features_of_two_separate_ones() {
 /// The probability the model gives `a` being faster than `b` (implementations of `task`).
 fn prob_faster(model: &TrainedRanker, task_id: &str, a: &str, b: &str) -> (f32, f32) {
     let t = task(task_id);
-    let names = model.feature_names().to_vec();
-    let features = |name: &str| {
-        let src = source(&t, name);
+    let names = model.base_feature_names().to_vec();
+    let features_of = |src: &str, name: &str| {
         let plan = FeatureSet::of(&names)
             .needs_plan()
-            .then(|| TimedPlan::of_source(&t, &src, &PlanLimits::default(), name).expect("plan"));
+            .then(|| TimedPlan::of_source(&t, src, &PlanLimits::default(), name).expect("plan"));
         features_for(
-            &src,
-            plan.as_ref().map(|p| p.input(&t, &src)).as_ref(),
+            src,
+            plan.as_ref().map(|p| p.input(&t, src)).as_ref(),
             &names,
         )
         .expect("features")
+    };
+    // A reference-context model sees each kernel against the task's reference.
+    let reference = features_of(&t.reference.source, "reference");
+    let features = |name: &str| {
+        let f = features_of(&source(&t, name), name);
+        model.input_against(&f, &reference).expect("input")
     };
     let c = model
         .compare(&features(a), &features(b))

@@ -69,6 +69,29 @@ pub(crate) fn is_special_function(name: &str) -> bool {
     )
 }
 
+/// Issue cost of a special-function call in FP32-lane slots beyond its one FLOP, and whether
+/// its name is the unsuffixed one (`exp`, not `expf`) whose cost depends on the argument's
+/// precision. Round figures from the instruction sequences nvcc emits: an SFU intrinsic is
+/// one quarter-rate MUFU op, accurate float functions add range reduction and polynomial
+/// FMAs, `powf` is a log, a multiply and an exp with special cases.
+pub fn special_function_cost(name: &str) -> (f64, bool) {
+    let unsuffixed = matches!(
+        name,
+        "exp" | "exp2" | "log" | "sqrt" | "rsqrt" | "sin" | "cos" | "tanh" | "pow" | "erf"
+    );
+    let cost = match name {
+        "__expf" | "__exp10f" | "__logf" | "__log2f" | "__log10f" | "__sinf" | "__cosf"
+        | "__tanf" | "__fdividef" | "__frcp_rn" | "rsqrtf" | "exp2f" | "__powf" | "hexp"
+        | "h2exp" | "hsqrt" | "h2sqrt" | "hrsqrt" | "h2rsqrt" | "hlog" | "h2log" | "hsin"
+        | "hcos" => 4.0,
+        "__sincosf" => 8.0,
+        "sinf" | "cosf" | "tanf" | "atanf" | "atan2f" | "sincosf" => 24.0,
+        "powf" => 48.0,
+        _ => 16.0,
+    };
+    (cost, unsuffixed)
+}
+
 /// Fused multiply-adds (2 FLOPs each).
 pub(crate) fn is_fma(name: &str) -> bool {
     matches!(
@@ -142,6 +165,14 @@ impl<'t> Walker<'_, 't> {
             c.special_functions += 1;
             let why = format!("`{name}`: special-function unit");
             Self::finding(&mut c.findings, "special_function", node, why);
+            let (cost, unsuffixed) = special_function_cost(name);
+            let w = self.weight();
+            let c = &mut self.k.compute;
+            if unsuffixed {
+                c.weighted_unsuffixed_math += w;
+            } else {
+                c.weighted_special_cost += cost * w;
+            }
             self.add_flops(1.0);
         } else if is_fma(name) {
             c.fma += 1;

@@ -256,6 +256,21 @@ pub struct ComputeFeatures {
     pub weighted_flops: f64,
     /// Global bytes, weighted the same way.
     pub weighted_global_bytes: f64,
+    /// Issue cost of the special-function calls beyond the one FLOP each counts in
+    /// `weighted_flops`, in FP32-lane slots and loop-weighted like it: about 4 for an SFU
+    /// intrinsic (`__expf`), 16 for an accurate `expf`, 24 for `sinf`, 48 for `powf`
+    /// ([`special_function_cost`](crate::analysis::special_function_cost)). Calls of the
+    /// unsuffixed names (`exp`, `cos`, `pow`) are in `weighted_unsuffixed_math` instead.
+    #[serde(default)]
+    pub weighted_special_cost: f64,
+    /// Loop-weighted calls of unsuffixed math names (`exp`, `cos`, `pow`, `sqrt`): the
+    /// float overload on a float and a long FP64 routine on a `double`, so what they cost
+    /// depends on `fp64_mentions`.
+    #[serde(default)]
+    pub weighted_unsuffixed_math: f64,
+    /// Mentions of the `double` type.
+    #[serde(default)]
+    pub fp64_mentions: u32,
     /// Special functions, FMAs, tensor cores, reduced precision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<Finding>,
@@ -435,6 +450,9 @@ impl Features {
             c.tensor_core += h.tensor_core;
             c.weighted_flops += h.weighted_flops;
             c.weighted_global_bytes += h.weighted_global_bytes;
+            c.weighted_special_cost += h.weighted_special_cost;
+            c.weighted_unsuffixed_math += h.weighted_unsuffixed_math;
+            c.fp64_mentions += h.fp64_mentions;
         }
         t.arithmetic_intensity =
             intensity(t.compute.weighted_flops, t.compute.weighted_global_bytes);

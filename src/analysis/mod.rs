@@ -52,6 +52,7 @@ mod sync;
 mod vector;
 mod walk;
 
+pub use compute::special_function_cost;
 pub use features::{
     AccessClass, AccessFinding, AccessKind, ComputeFeatures, DivergenceFeatures, Features, Finding,
     GlobalAccesses, KernelFeatures, LoopFeatures, MemoryOps, SharedMemory, Span, SyncFeatures,

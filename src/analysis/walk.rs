@@ -194,6 +194,9 @@ impl<'t> Walker<'_, 't> {
             let why = format!("vector type `{ty}` moves several elements per instruction");
             Self::finding(&mut self.k.memory_ops.findings, "vector_type", at, why);
         }
+        if ty == "double" {
+            self.k.compute.fp64_mentions += 1;
+        }
         if is_reduced_precision_type(ty) {
             self.k.compute.reduced_precision += 1;
             let why = format!("reduced-precision type `{ty}`");

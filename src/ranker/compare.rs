@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::config::RankerConfig;
+use super::context::{context_base_len, REFERENCE_PREFIX};
 use super::data::RankingData;
 use super::error::Result;
 use super::eval::{cross_validate, cross_validate_scorer, CvReport, PairAccuracy};
@@ -72,6 +73,9 @@ fn ranker_name(names: &[String]) -> String {
     if set.ngram_buckets > 0 {
         name.push_str(&format!(" + {} n-grams", set.ngram_buckets));
     }
+    if context_base_len(names).is_some() {
+        name.push_str(", against the reference");
+    }
     name
 }
 
@@ -88,8 +92,11 @@ pub fn compare_on_folds(
     let mut learned = cross_validate(data, k_folds, config)?;
     learned.scorer = ranker_name(&data.feature_names);
     let without_launch = if FeatureSet::of(&data.feature_names).needs_plan() {
-        let plain = data
-            .select_features(|n| !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(TRAFFIC_PREFIX));
+        // A feature goes with its reference-relative copy.
+        let plain = data.select_features(|n| {
+            let n = n.strip_prefix(REFERENCE_PREFIX).unwrap_or(n);
+            !n.starts_with(LAUNCH_PREFIX) && !n.starts_with(TRAFFIC_PREFIX)
+        });
         let mut r = cross_validate(&plain, k_folds, config)?;
         r.scorer = ranker_name(&plain.feature_names);
         Some(r)

@@ -27,11 +27,22 @@
 //! * serial work: barriers of launches that cannot fill the SMs, and blocks of launches that
 //!   spin on global memory (an inter-block chain or decoupled look-back).
 //!
-//! Time estimate (µs): `Σ_l max(D_l / bw_l, F_l / peak) + L2 re-reads / L2 bw + shared
-//! wavefronts / (active SMs · clock) + waves · barriers · 0.1 µs + chain blocks · 0.5 µs +
-//! 2.5 µs per launch`, with `bw_l = min(DRAM bandwidth, active SMs · per-SM bandwidth)` so a
-//! one-block pass streams at one SM's rate. The constants are round public figures, not fitted:
-//! the estimate is an input the model corrects, not a prediction.
+//! Time estimate (µs): `Σ_l max(M_l, C_l) + L2 re-reads / L2 bw + shared wavefronts /
+//! (active SMs · clock) + waves · barriers · 0.1 µs + chain blocks · 0.5 µs + 2.5 µs per
+//! launch`, where
+//!
+//! * memory time `M_l = D_l / bw_l` with `bw_l = min(DRAM bandwidth, active SMs · per-SM
+//!   bandwidth, resident threads · bytes each keeps in flight / DRAM latency)`: a one-block
+//!   pass streams at one SM's rate, and a grid of a few thousand threads that each walk a
+//!   column cannot keep enough loads in flight to stream at all (Little's law; each global
+//!   access of the thread counts once, 0.5 µs latency);
+//! * compute time `C_l = threads · slots / (active SMs · 128 lanes · clock)`, with slots the
+//!   loop-weighted FLOPs (doubled in a kernel that uses `double`) plus each special
+//!   function's cost (4 for `__expf`, 16 for `expf`, 48 for `powf`, ~128 for an FP64
+//!   `exp`/`cos`; [`special_function_cost`](crate::analysis::special_function_cost)).
+//!
+//! The constants are round public figures, not fitted: the estimate is an input the model
+//! corrects, not a prediction.
 //!
 //! | name | value |
 //! |---|---|
@@ -46,6 +57,8 @@
 //! | `traffic_serial_barriers` | `ln(1 + Σ_{B_l < SMs} barriers_l)`: barrier chain of one-block / small passes |
 //! | `traffic_chain_blocks` | `ln(1 + Σ_{l spins} B_l)`: blocks in an inter-block chain |
 //! | `traffic_unknown_trips` | `ln(1 + loops whose trip count is unknown)`: how much the probe missed |
+//! | `traffic_memory_time_us` | `ln(1 + Σ M_l in µs)` |
+//! | `traffic_compute_time_us` | `ln(1 + Σ C_l in µs)` |
 //! | `traffic_estimated_time_us` | `ln(estimate in µs)` |
 //!
 //! Every value is finite.
@@ -73,6 +86,8 @@ pub const TRAFFIC_FEATURE_NAMES: &[&str] = &[
     "traffic_serial_barriers",
     "traffic_chain_blocks",
     "traffic_unknown_trips",
+    "traffic_memory_time_us",
+    "traffic_compute_time_us",
     "traffic_estimated_time_us",
 ];
 
@@ -107,6 +122,11 @@ pub struct Device {
     pub barrier_s: f64,
     /// Seconds per block of an inter-block chain.
     pub chain_s: f64,
+    /// DRAM latency under load, seconds: with `B` bytes in flight a launch streams at most
+    /// `B / latency` (Little's law).
+    pub dram_latency_s: f64,
+    /// FP32 lanes per SM (issue slots per cycle for the compute estimate).
+    pub fp32_lanes: f64,
 }
 
 /// NVIDIA H200 (SXM): 132 SMs, 4.8 TB/s HBM3e (4.0 sustained), 50 MB L2, 256 KB L1 per SM.
@@ -125,6 +145,8 @@ pub const H200: Device = Device {
     launch_s: 2.5e-6,
     barrier_s: 0.1e-6,
     chain_s: 0.5e-6,
+    dram_latency_s: 0.5e-6,
+    fp32_lanes: 128.0,
 };
 
 /// Totals over a plan's launches.
@@ -142,6 +164,8 @@ struct Totals {
     serial_barriers: f64,
     chain_blocks: f64,
     unknown_trips: f64,
+    memory_seconds: f64,
+    compute_seconds: f64,
     seconds: f64,
 }
 
@@ -337,10 +361,27 @@ impl Totals {
         }
         self.unknown_trips += f64::from(kp.unknown_trips);
 
-        let flops = s.threads * kernel.map_or(0.0, |k| k.compute.weighted_flops);
-        let bw = d.dram_bw.min(s.active_sms * d.sm_bw);
+        // Memory: DRAM bandwidth, one SM's share for a small grid, and what the bytes the
+        // resident threads keep in flight (one of each global access) can sustain.
+        let per_thread: f64 = kp
+            .accesses
+            .iter()
+            .filter(|a| a.space == MemorySpace::Global)
+            .map(|a| f64::from(a.elem_bytes))
+            .sum();
+        let resident = s.threads.min(s.active_sms * s.resident_threads);
+        let mut bw = d.dram_bw.min(s.active_sms * d.sm_bw);
+        if per_thread > 0.0 {
+            bw = bw.min(resident * per_thread / d.dram_latency_s);
+        }
+        let memory = dram / bw;
+        // Compute: issue slots per thread on the lanes of the active SMs.
+        let compute =
+            s.threads * kernel.map_or(0.0, compute_slots) / (s.active_sms * d.fp32_lanes * d.clock);
+        self.memory_seconds += memory;
+        self.compute_seconds += compute;
         let waves = (s.blocks / (s.active_sms * s.bps)).ceil();
-        self.seconds += (dram / bw).max(flops / d.flops)
+        self.seconds += memory.max(compute)
             + a.wavefronts / (s.active_sms * d.clock)
             + waves * kp.barriers * d.barrier_s
             + if spins { s.blocks * d.chain_s } else { 0.0 }
@@ -366,9 +407,23 @@ impl Totals {
             ("traffic_serial_barriers", ln1p(t.serial_barriers)),
             ("traffic_chain_blocks", ln1p(t.chain_blocks)),
             ("traffic_unknown_trips", ln1p(t.unknown_trips)),
+            ("traffic_memory_time_us", ln1p(t.memory_seconds * 1e6)),
+            ("traffic_compute_time_us", ln1p(t.compute_seconds * 1e6)),
             ("traffic_estimated_time_us", ln1p(t.seconds * 1e6)),
         ]
     }
+}
+
+/// FP32-lane issue slots one thread of `k` spends: its loop-weighted FLOPs (twice for a
+/// kernel that uses `double`: FP64 runs at half rate), the special functions' extra cost,
+/// and the unsuffixed math calls at the float cost, or at an FP64 routine's (~128 slots)
+/// in a kernel that uses `double`.
+fn compute_slots(k: &KernelFeatures) -> f64 {
+    let c = &k.compute;
+    let fp64 = c.fp64_mentions > 0;
+    c.weighted_flops * if fp64 { 2.0 } else { 1.0 }
+        + c.weighted_special_cost
+        + c.weighted_unsuffixed_math * if fp64 { 128.0 } else { 16.0 }
 }
 
 /// The traffic feature vector, one value per entry of [`TRAFFIC_FEATURE_NAMES`].

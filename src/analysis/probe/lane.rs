@@ -10,7 +10,7 @@ use super::super::memory_ops::type_bytes;
 use super::super::node::NodeExt;
 use super::super::parse::text;
 use super::super::symbolic::declared_name;
-use super::values::{binary, is_integer_type, loop_variable, retype};
+use super::values::{binary, comparison, is_integer_type, retype};
 use super::{Val, MAX_DEPTH, MAX_STEPS, MAX_TRIPS, SHARED_BASE, TRIP_SIMULATION};
 
 pub(super) struct Lane<'a> {
@@ -356,8 +356,15 @@ impl<'a> Lane<'a> {
         let update = s.field("update");
         let saved = (self.vars.clone(), self.steps, self.depth);
         let (seen_before, trips_before) = (self.seen.clone(), self.trips.clone());
-        let var = loop_variable(cond, self.src);
-        let start = var.and_then(|v| self.vars.get(v).copied());
+        // Both sides of the comparison before and after one update: whichever side moves
+        // (`i < n`, `r + 1 < rows`, `n > i`) gives the step to extrapolate with.
+        let cmp = comparison(cond);
+        let sides = |lane: &mut Self| -> Option<(Val, Val)> {
+            let c = cmp?;
+            let (l, r) = (c.field("left")?, c.field("right")?);
+            Some((lane.eval(l), lane.eval(r)))
+        };
+        let start = sides(self);
         let mut trips = None;
         let mut after_one = None;
         for k in 0..=TRIP_SIMULATION {
@@ -371,8 +378,8 @@ impl<'a> Lane<'a> {
                 _ => break,
             }
             if k == TRIP_SIMULATION {
-                // Still running: extrapolate `v < bound` with the step `v` took.
-                trips = self.extrapolate(cond, var, start, after_one);
+                // Still running: extrapolate `moving < fixed` with the step it took.
+                trips = cmp.and_then(|c| self.extrapolate(c, start, after_one));
                 break;
             }
             match update {
@@ -382,7 +389,7 @@ impl<'a> Lane<'a> {
                 None => break,
             }
             if k == 0 {
-                after_one = var.and_then(|v| self.vars.get(v).copied());
+                after_one = sides(self);
             }
         }
         self.vars = saved.0;
@@ -393,23 +400,28 @@ impl<'a> Lane<'a> {
         trips
     }
 
+    /// Trips of a comparison loop from both sides of its condition at the start and after
+    /// one update: the side that moved by a constant step reaches the other's value in
+    /// `span / step` iterations (`None` when neither or both moved, or a value is unknown).
     pub(super) fn extrapolate<'t>(
         &mut self,
         cond: Node<'t>,
-        var: Option<&str>,
-        start: Option<Val>,
-        after_one: Option<Val>,
+        start: Option<(Val, Val)>,
+        after_one: Option<(Val, Val)>,
     ) -> Option<f64> {
-        let (Some(Val::Int(x0)), Some(Val::Int(x1))) = (start, after_one) else {
+        let (Some((Val::Int(l0), Val::Int(r0))), Some((Val::Int(l1), Val::Int(r1)))) =
+            (start, after_one)
+        else {
             return None;
+        };
+        let op = cond.field("operator")?.kind_str();
+        // Written as `moving OP fixed` from the moving side's point of view.
+        let (x0, x1, bound) = match (l1 != l0, r1 != r0) {
+            (true, false) => (l0, l1, r0),
+            (false, true) => (r0, r1, l0),
+            _ => return None,
         };
         let step = x1.wrapping_sub(x0);
-        let op = cond.field("operator")?.kind_str();
-        let (l, r) = (cond.field("left")?, cond.field("right")?);
-        let bound_node = if Some(text(l, self.src)) == var { r } else { l };
-        let Val::Int(bound) = self.eval(bound_node) else {
-            return None;
-        };
         if step == 0 {
             return None;
         }

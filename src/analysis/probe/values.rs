@@ -1,5 +1,5 @@
 //! Values of the probe's interpreter: integer arithmetic that never panics, conversions to
-//! a declared type, and the variable a loop condition compares.
+//! a declared type, and the comparison a loop condition makes.
 
 use tree_sitter::Node;
 
@@ -8,21 +8,14 @@ use super::super::node::NodeExt;
 use super::super::parse::text;
 use super::Val;
 
-/// The variable a loop condition compares (`i` of `i < n`, `n > i`): the side that is a
-/// plain identifier, the left one when both are.
-pub(super) fn loop_variable<'s>(cond: Node<'_>, src: &'s str) -> Option<&'s str> {
+/// The comparison of a loop condition (`i < n` of `(i < n)`), if it is a binary expression.
+pub(super) fn comparison<'t>(cond: Node<'t>) -> Option<Node<'t>> {
     let c = if cond.kind_str() == "parenthesized_expression" {
         cond.named_child(0)?
     } else {
         cond
     };
-    if c.kind_str() != "binary_expression" {
-        return None;
-    }
-    [c.field("left")?, c.field("right")?]
-        .into_iter()
-        .find(|n| n.kind_str() == "identifier")
-        .map(|n| text(n, src))
+    (c.kind_str() == "binary_expression").then_some(c)
 }
 
 pub(super) fn is_integer_type(ty: &str) -> bool {

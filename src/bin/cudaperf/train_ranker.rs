@@ -40,6 +40,15 @@ pub struct Args {
     /// without them either way.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     launch_features: bool,
+    /// Give the model each implementation's features next to their difference from its
+    /// task's reference implementation (`vs_reference_*`), as the shipped model has; the
+    /// model then scores a candidate against the task's reference. `false`: the features alone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    reference_context: bool,
+    /// Boosted trees per ensemble member (the member's score is the mean of its MLP and its
+    /// trees); 0: MLPs only.
+    #[arg(long, default_value_t = 300)]
+    trees: usize,
     /// Training epochs (maximum; early stopping may end sooner; at least 1).
     #[arg(long, default_value_t = 300, value_parser = count)]
     epochs: usize,
@@ -104,11 +113,18 @@ pub enum Error {
 /// Runs `cudaperf train-ranker`.
 pub fn run(a: Args) -> Result<ExitCode, Error> {
     let png = check_args(&a)?;
-    let config = RankerConfig::new().with_epochs(a.epochs).with_seed(a.seed);
+    let config = RankerConfig::new()
+        .with_epochs(a.epochs)
+        .with_seed(a.seed)
+        .with_trees(a.trees);
     config.validate()?;
     let ds = Dataset::load(&a.tasks).map_err(Error::Tasks)?;
     let t = Timings::load(&a.timings).map_err(Error::Timings)?;
-    let (data, full) = ranking_data(&ds, &t, a.ngrams, a.launch_features)?;
+    let (mut data, mut full) = ranking_data(&ds, &t, a.ngrams, a.launch_features)?;
+    if a.reference_context {
+        data = data.with_reference_context()?;
+        full = full.map(|f| f.with_reference_context()).transpose()?;
+    }
     if a.cv > data.tasks().len() {
         return Err(Error::TooManyFolds {
             cv: a.cv,
