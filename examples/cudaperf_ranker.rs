@@ -72,6 +72,12 @@ struct Args {
     /// Train-only pairs per task taken from `--table`.
     #[arg(long, default_value_t = 200)]
     table_pairs: usize,
+    /// A measured program table whose tasks are held out: two recipes (the shipped one and
+    /// an MLP on the features alone) are trained on every other task and judged on all
+    /// pairs of the table's correct programs (kernels and tasks neither model saw, timed on
+    /// a GPU). Written to `table-test.md` in `--out`.
+    #[arg(long)]
+    table_test: Option<PathBuf>,
     /// Give the model each implementation's features next to their difference from its
     /// task's reference (`vs_reference_*`), as the shipped model has; false: the features alone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -125,6 +131,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         None => String::new(),
     };
+    if let Some(path) = &args.table_test {
+        let md = table_test(&data, path, &fixtures, &args)?;
+        std::fs::write(args.out.join("table-test.md"), &md)?;
+        print!("{md}");
+    }
     // After the table: its programs' features are computed on the base names too.
     if args.reference_context {
         data = data.with_reference_context()?;
@@ -491,4 +502,147 @@ fn misses(data: &RankingData, main: &SeededCv) -> String {
         );
     }
     out
+}
+
+/// Held-out check on a measured program table: each recipe trained without the table's
+/// tasks, then every pair of the table's correct programs of a task ordered by the model's
+/// score and by the measured speedups (pairs closer than `min_log_ratio` are ties, left out).
+fn table_test(
+    base: &RankingData,
+    path: &std::path::Path,
+    fixtures: &std::path::Path,
+    args: &Args,
+) -> Result<String, Box<dyn std::error::Error>> {
+    use common::table::RankerScorer;
+    use cudaperf::pipeline::Verdict;
+    let rows = common::table::read(path)?;
+    let held: std::collections::BTreeSet<String> = rows.iter().map(|r| r.task.clone()).collect();
+    let kept = keep_tasks(base, |t| !held.contains(t));
+    let mut out = format!(
+        "Held-out program table `{}`: {} rows of tasks {}; both models trained on the other {} \
+         tasks ({} pairs).\n\n| recipe | task | pairs | all | >= 2x | 1.1-2x | < 1.1x |\n|---|---|---|---|---|---|---|\n",
+        path.display(),
+        rows.len(),
+        held.iter().cloned().collect::<Vec<_>>().join(", "),
+        kept.tasks().len(),
+        kept.pairs.len(),
+    );
+    let seed = args.seeds.first().copied().unwrap_or(42);
+    let recipes: [(&str, bool, usize); 2] = [
+        ("shipped (reference context, MLP + trees)", true, 300),
+        ("MLP on the features alone", false, 0),
+    ];
+    for (label, context, trees) in recipes {
+        let data = if context {
+            kept.with_reference_context()?
+        } else {
+            kept.clone()
+        };
+        let config = RankerConfig::new()
+            .with_epochs(args.epochs)
+            .with_ensemble(args.ensemble)
+            .with_seed(seed)
+            .with_trees(trees);
+        let (model, _) = ranker::train(&data, &config, |_| {})?;
+        let dir = tempfile::tempdir()?;
+        model.save(dir.path())?;
+        let mut scorer = RankerScorer::new(dir.path())?;
+        let mut scored: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+        for r in &rows {
+            let Some(speedup) = r.speedup.filter(|s| *s > 0.0 && s.is_finite()) else {
+                continue;
+            };
+            if r.verdict != Verdict::Correct {
+                continue;
+            }
+            scorer.add_task(fixtures, &r.task)?;
+            let stage = scorer.stage(r)?;
+            scored
+                .entry(r.task.as_str())
+                .or_default()
+                .push((stage.candidate_score, speedup.ln()));
+        }
+        let mut pooled = [(0usize, 0usize); 4];
+        for (task, v) in &scored {
+            let mut counts = [(0usize, 0usize); 4];
+            for i in 0..v.len() {
+                for j in i + 1..v.len() {
+                    let d = (v[i].1 - v[j].1).abs();
+                    if d < f64::from(config.min_log_ratio) {
+                        continue;
+                    }
+                    let right = (v[i].0 - v[j].0) * (v[i].1 - v[j].1) > 0.0;
+                    let bucket = if d >= f64::from(CLEAR_PAIR_LOG_RATIO) {
+                        1
+                    } else if d >= f64::from(CLOSE_PAIR_LOG_RATIO) {
+                        2
+                    } else {
+                        3
+                    };
+                    for b in [0, bucket] {
+                        counts[b].0 += usize::from(right);
+                        counts[b].1 += 1;
+                    }
+                }
+            }
+            for (p, c) in pooled.iter_mut().zip(counts) {
+                p.0 += c.0;
+                p.1 += c.1;
+            }
+            let _ = writeln!(out, "{}", table_test_row(label, task, &counts));
+        }
+        let _ = writeln!(out, "{}", table_test_row(label, "all", &pooled));
+    }
+    out.push_str(
+        "\nSpeedups are the table's (each program against its own reference in the same run); \
+         scores are the models' candidate scores, so every pair compares two programs of one \
+         task on one card.\n\n",
+    );
+    Ok(out)
+}
+
+fn table_test_row(label: &str, task: &str, c: &[(usize, usize); 4]) -> String {
+    let pct = |(r, n): (usize, usize)| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1} %", 100.0 * r as f64 / n as f64)
+        }
+    };
+    format!(
+        "| {label} | {task} | {} | {} | {} | {} | {} |",
+        c[0].1,
+        pct(c[0]),
+        pct(c[1]),
+        pct(c[2]),
+        pct(c[3])
+    )
+}
+
+/// The samples of the tasks `keep` accepts and the pairs between them.
+fn keep_tasks(data: &RankingData, keep: impl Fn(&str) -> bool) -> RankingData {
+    let mut index = vec![None; data.samples.len()];
+    let mut samples = Vec::new();
+    for (i, s) in data.samples.iter().enumerate() {
+        if keep(&s.task) {
+            index[i] = Some(samples.len());
+            samples.push(s.clone());
+        }
+    }
+    let pairs = data
+        .pairs
+        .iter()
+        .filter_map(|p| {
+            Some(ranker::Pair {
+                fast: index[p.fast]?,
+                slow: index[p.slow]?,
+                ..*p
+            })
+        })
+        .collect();
+    RankingData {
+        feature_names: data.feature_names.clone(),
+        samples,
+        pairs,
+    }
 }

@@ -5,7 +5,6 @@ use tree_sitter::Node;
 
 use super::super::memory_ops::type_bytes;
 use super::super::node::NodeExt;
-use super::super::parse::text;
 use super::Val;
 
 /// The comparison of a loop condition (`i < n` of `(i < n)`), if it is a binary expression.
