@@ -215,7 +215,7 @@ fn damaged_model_files_are_errors() {
     let text = std::fs::read_to_string(&meta).unwrap();
     std::fs::write(
         &meta,
-        text.replace("\"format_version\": 2", "\"format_version\": 99"),
+        text.replace("\"format_version\": 3", "\"format_version\": 99"),
     )
     .unwrap();
     let err = TrainedRanker::load(dir.path(), names).unwrap_err();

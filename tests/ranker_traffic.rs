@@ -293,3 +293,42 @@ fn version_1_model_still_loads_and_scores_as_before() {
     let expected = cudaperf::ranker::sigmoid(model.score(&x).unwrap() - model.score(&y).unwrap());
     assert!((c.prob_faster - expected).abs() < 1e-6);
 }
+
+// Guards the compute side of the estimate: a kernel that evaluates every sample in double
+// precision (FP64 `exp`/`cos`) and one that sums `powf` terms cost more issue slots than
+// the float versions of the same work, and the estimate says so.
+#[test]
+fn fp64_and_powf_cost_compute_time() {
+    let f64_kernel = traffic("trapezoid_integrate", "double_precision");
+    let f32_kernel = traffic("trapezoid_integrate", "reference");
+    assert!(
+        f64_kernel["traffic_compute_time_us"] > f32_kernel["traffic_compute_time_us"] + 1.5,
+        "{f64_kernel:?} vs {f32_kernel:?}"
+    );
+    assert!(
+        f64_kernel["traffic_estimated_time_us"] > f32_kernel["traffic_estimated_time_us"] + 1.0,
+        "{f64_kernel:?} vs {f32_kernel:?}"
+    );
+    let powf = traffic("horner_var_degree", "powf_term_sum");
+    let horner = traffic("horner_var_degree", "reference");
+    assert!(
+        powf["traffic_compute_time_us"] > horner["traffic_compute_time_us"] + 1.5,
+        "{powf:?} vs {horner:?}"
+    );
+    let a = analyze(source(&task("trapezoid_integrate"), "double_precision").as_bytes());
+    assert!(a.totals.compute.fp64_mentions > 0);
+    assert!(a.totals.compute.weighted_unsuffixed_math > 0.0);
+}
+
+// Guards the memory-parallelism term: 2,048 threads that each walk 4 columns down 8,192
+// rows cannot keep enough loads in flight to stream (Little's law), so their memory time is
+// far above the same bytes read by a full grid of row-split partial sums.
+#[test]
+fn a_few_thousand_column_walkers_are_latency_bound() {
+    let walkers = traffic("col_mean", "float4_columns_ilp");
+    let split = traffic("col_mean", "split_rows_atomic");
+    assert!(
+        walkers["traffic_memory_time_us"] > split["traffic_memory_time_us"] + 1.5,
+        "{walkers:?} vs {split:?}"
+    );
+}

@@ -1,21 +1,31 @@
 //! Pairwise ranker: a learned score `s(x)` of an implementation's structural features such
 //! that, between two correct implementations of the same task, the faster one scores higher.
 //!
-//! * Model: a small MLP (`inputs → 64 → 32 → 1`, ReLU by default) in burn, trained with the
-//!   RankNet / Bradley–Terry loss `−log σ(s(fast) − s(slow))` weighted by the pair's
-//!   `|ln(t_slow / t_fast)|` (capped), ties within noise dropped, an L1 penalty on the input
-//!   layer, Adam, early stopping on a validation split by task. Features are standardised with statistics saved in the model.
+//! * Model: an ensemble of members, each a small MLP (`inputs → 64 → 32 → 1`, ReLU) in burn
+//!   and, by default, gradient-boosted regression trees ([`trees`]) fitted on the same pairs;
+//!   a member scores the mean of the two. Both are trained with the RankNet / Bradley–Terry
+//!   loss on soft targets `σ(ln(t_slow / t_fast) / 0.15)`, weighted by the pair's
+//!   `|ln(t_slow / t_fast)|` (capped); the MLP with an L1 penalty on the input layer, Adam and
+//!   early stopping on a validation split by task. Features are clamped to their training
+//!   range and standardised with statistics saved in the model; a temperature fitted on the
+//!   members' validation pairs calibrates `p = σ(Δs / T)`.
+//! * Reference context: the shipped model sees a candidate's features next to their
+//!   difference from its task's reference implementation ([`RankingData::with_reference_context`],
+//!   [`TrainedRanker::input_against`]); the reward always compares with that reference.
 //! * Backends: burn's default device — the ndarray CPU backend by default, libtorch with the
 //!   cargo feature `tch`; [`train_on`] and [`cross_validate_on`] take any device.
 //! * Inference: [`TrainedRanker::score`] runs a plain-Rust forward pass over the extracted
-//!   weights (a few µs, no tensor overhead); it matches burn's forward within 1e-5.
+//!   weights and the trees (a few µs, no tensor overhead); the MLP part matches burn's forward
+//!   within 1e-5.
 //! * Evaluation: [`cross_validate`] (leave-tasks-out k-fold pairwise accuracy, by task kind
 //!   and by time-ratio bucket) and [`cross_validate_scorer`] for any fixed score on the same
 //!   folds; chance is 50 %.
 //! * Optional inputs: the launch-plan features ([`LAUNCH_FEATURE_NAMES`], the resolved
 //!   `// @launch` plan on the task's timed configuration: grid against the SM count, passes,
-//!   serial work per thread, atomics per element) and [`syntax_ngrams`], hashed syntax-node
-//!   n-grams of the CUDA source. A model's feature names say which it uses ([`FeatureSet`]).
+//!   serial work per thread, atomics per element), the traffic features
+//!   ([`TRAFFIC_FEATURE_NAMES`]: bytes, reuse, serial work, memory and compute time) and
+//!   [`syntax_ngrams`], hashed syntax-node n-grams of the CUDA source. A model's feature names
+//!   say which it uses ([`FeatureSet`], [`context_base_len`]).
 //!
 //! ```
 //! use cudaperf::ranker::{ranker_reward_value, synthetic, train, RankerConfig, TrainedRanker};

@@ -198,13 +198,17 @@ fn quantile_cuts(mut v: Vec<f32>) -> Vec<f32> {
         return Vec::new();
     }
     let gaps = v.len() - 1;
-    let k = gaps.min(BINS - 1);
-    let mut cuts: Vec<f32> = (1..=k)
-        .map(|q| {
-            let i = (q * gaps).div_ceil(k + 1).min(gaps - 1);
-            0.5 * (v[i] + v[i + 1])
-        })
-        .collect();
+    // Every midpoint when they are few, else BINS − 1 of them at evenly spaced ranks.
+    let mut cuts: Vec<f32> = if gaps < BINS {
+        (0..gaps).map(|i| 0.5 * (v[i] + v[i + 1])).collect()
+    } else {
+        (1..BINS)
+            .map(|q| {
+                let i = q * gaps / BINS;
+                0.5 * (v[i] + v[i + 1])
+            })
+            .collect()
+    };
     cuts.dedup();
     cuts
 }

@@ -133,3 +133,29 @@ fn column_walk_of_an_unpadded_tile_conflicts_32_ways() {
         assert_eq!(worst, Some(degree), "tile[32][{cols}]: {k:?}");
     }
 }
+
+// Guards trip extrapolation on conditions whose moving side is an expression: a loop that
+// walks rows two at a time with `r + 1 < rows` (and its mirror `rows > r + 1`) runs
+// (rows - 1) / 2 times, not once.
+#[test]
+fn trips_of_a_condition_on_an_expression_are_extrapolated() {
+    for cond in ["r + 1 < rows", "rows > r + 1", "(r + 1 < rows)"] {
+        let src = format!(
+            "__global__ void k(const float* a, float* y, int rows) {{\n  float s = 0.0f;\n  int r = 0;\n  for (; {cond}; r += 2) s += a[r * 32 + threadIdx.x];\n  y[threadIdx.x] = s;\n}}\n"
+        );
+        let tree = SourceTree::parse(src.as_bytes()).unwrap();
+        let k = WarpProbe::new(&tree)
+            .run_detailed(
+                "k",
+                [1, 1, 1],
+                [32, 1, 1],
+                &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(8193)],
+            )
+            .unwrap();
+        assert_eq!(k.unknown_trips, 0, "{cond}: {k:?}");
+        assert!(
+            k.accesses.iter().any(|a| a.array == 0 && a.trips == 4096.0),
+            "{cond}: {k:?}"
+        );
+    }
+}
