@@ -862,11 +862,11 @@ mod context_and_trees {
         assert!(err.to_string().contains(TREES_FILE), "{err}");
     }
 
-    // Guards older models: a format-2 model (the RL ablation's held-out ranker) loads as
+    // Guards older models: a format-2 model (the one shipped until 2026-12-07) loads as
     // MLP members without trees or reference context, and the shipped model has both.
     #[test]
     fn format_2_models_load_without_trees_and_the_shipped_one_has_them() {
-        let old = TrainedRanker::load_unchecked(fixture("models/ranker-heldout-rl")).unwrap();
+        let old = TrainedRanker::load_unchecked(fixture("models/ranker-v2-2026-12-02")).unwrap();
         assert!(old.trees().is_empty());
         assert_eq!(old.config().trees, 0);
         assert!(!old.reference_context());
