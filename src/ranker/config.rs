@@ -80,7 +80,7 @@ pub struct RankerConfig {
     pub calibrate: bool,
     /// Gradient-boosted trees per member, fitted on the member's training pairs with the same
     /// loss as its MLP; the member's score is then the mean of the two (0: MLP only, as
-    /// models before format version 3). See the `trees` section of the module docs.
+    /// models before format version 3). See [`BoostedTrees`](super::BoostedTrees).
     #[config(default = 300)]
     pub trees: usize,
     /// Deepest split level of a tree (4: at most 16 leaves).
@@ -178,37 +178,43 @@ impl RankerConfig {
                 format!("is {}, must be finite and > 0", self.max_pair_weight),
             ));
         }
-        if self.trees > 0 {
-            if !(1..=12).contains(&self.tree_depth) {
-                return Err(RankerError::config(
-                    "tree_depth",
-                    format!("is {}, must be 1 to 12", self.tree_depth),
-                ));
-            }
-            if !(self.tree_learning_rate.is_finite() && self.tree_learning_rate > 0.0) {
-                return Err(RankerError::config(
-                    "tree_learning_rate",
-                    format!("is {}, must be finite and > 0", self.tree_learning_rate),
-                ));
-            }
-            if self.tree_min_samples == 0 {
-                return Err(RankerError::config(
-                    "tree_min_samples",
-                    "is 0, must be >= 1",
-                ));
-            }
-            if !(self.tree_colsample > 0.0 && self.tree_colsample <= 1.0) {
-                return Err(RankerError::config(
-                    "tree_colsample",
-                    format!("is {}, must be in (0, 1]", self.tree_colsample),
-                ));
-            }
-            if !(self.tree_lambda.is_finite() && self.tree_lambda >= 0.0) {
-                return Err(RankerError::config(
-                    "tree_lambda",
-                    format!("is {}, must be finite and >= 0", self.tree_lambda),
-                ));
-            }
+        self.validate_trees()
+    }
+
+    /// The tree fields, checked only when trees are trained (`trees > 0`).
+    fn validate_trees(&self) -> Result<()> {
+        if self.trees == 0 {
+            return Ok(());
+        }
+        if !(1..=12).contains(&self.tree_depth) {
+            return Err(RankerError::config(
+                "tree_depth",
+                format!("is {}, must be 1 to 12", self.tree_depth),
+            ));
+        }
+        if !(self.tree_learning_rate.is_finite() && self.tree_learning_rate > 0.0) {
+            return Err(RankerError::config(
+                "tree_learning_rate",
+                format!("is {}, must be finite and > 0", self.tree_learning_rate),
+            ));
+        }
+        if self.tree_min_samples == 0 {
+            return Err(RankerError::config(
+                "tree_min_samples",
+                "is 0, must be >= 1",
+            ));
+        }
+        if !(self.tree_colsample > 0.0 && self.tree_colsample <= 1.0) {
+            return Err(RankerError::config(
+                "tree_colsample",
+                format!("is {}, must be in (0, 1]", self.tree_colsample),
+            ));
+        }
+        if !(self.tree_lambda.is_finite() && self.tree_lambda >= 0.0) {
+            return Err(RankerError::config(
+                "tree_lambda",
+                format!("is {}, must be finite and >= 0", self.tree_lambda),
+            ));
         }
         Ok(())
     }

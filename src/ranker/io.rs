@@ -202,11 +202,7 @@ impl TrainedRanker {
     pub fn load_unchecked(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         let meta_path = dir.join(METADATA_FILE);
-        let text = fs::read_to_string(&meta_path).map_err(|source| RankerError::Io {
-            action: "read",
-            path: meta_path.clone(),
-            source,
-        })?;
+        let text = read_text(&meta_path)?;
         let meta = parse_metadata(&text, &meta_path)?;
         let weights_path = dir.join(&meta.weights_file);
         let bytes = match fs::read(&weights_path) {
@@ -228,12 +224,7 @@ impl TrainedRanker {
         let trees = match &meta.trees_file {
             Some(name) => {
                 let path = dir.join(name);
-                let text = fs::read_to_string(&path).map_err(|source| RankerError::Io {
-                    action: "read",
-                    path: path.clone(),
-                    source,
-                })?;
-                Some((text, path))
+                Some((read_text(&path)?, path))
             }
             None => None,
         };
@@ -286,6 +277,15 @@ const SHIPPED_WEIGHTS: &[u8] = include_bytes!("../../fixtures/models/ranker/weig
 const SHIPPED_TREES: &str = include_str!("../../fixtures/models/ranker/trees.json");
 /// How the shipped model is named in reports and errors.
 pub const SHIPPED_ORIGIN: &str = "<shipped ranker>";
+
+/// A model file's text; an error names the file.
+fn read_text(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(|source| RankerError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    })
+}
 
 fn parse_metadata(text: &str, meta_path: &Path) -> Result<Metadata> {
     let json_error = |source| RankerError::Json {

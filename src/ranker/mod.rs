@@ -2,7 +2,7 @@
 //! that, between two correct implementations of the same task, the faster one scores higher.
 //!
 //! * Model: an ensemble of members, each a small MLP (`inputs → 64 → 32 → 1`, ReLU) in burn
-//!   and, by default, gradient-boosted regression trees ([`trees`]) fitted on the same pairs;
+//!   and, by default, gradient-boosted regression trees ([`BoostedTrees`]) fitted on the same pairs;
 //!   a member scores the mean of the two. Both are trained with the RankNet / Bradley–Terry
 //!   loss on soft targets `σ(ln(t_slow / t_fast) / 0.15)`, weighted by the pair's
 //!   `|ln(t_slow / t_fast)|` (capped); the MLP with an L1 penalty on the input layer, Adam and
@@ -15,8 +15,8 @@
 //! * Backends: burn's default device — the ndarray CPU backend by default, libtorch with the
 //!   cargo feature `tch`; [`train_on`] and [`cross_validate_on`] take any device.
 //! * Inference: [`TrainedRanker::score`] runs a plain-Rust forward pass over the extracted
-//!   weights and the trees (a few µs, no tensor overhead); the MLP part matches burn's forward
-//!   within 1e-5.
+//!   weights and walks the trees (about 12 µs for five members of 300 trees, no tensor
+//!   overhead); the MLP part matches burn's forward within 1e-5.
 //! * Evaluation: [`cross_validate`] (leave-tasks-out k-fold pairwise accuracy, by task kind
 //!   and by time-ratio bucket) and [`cross_validate_scorer`] for any fixed score on the same
 //!   folds; chance is 50 %.
@@ -64,7 +64,7 @@ pub mod synthetic;
 mod traffic;
 mod train;
 mod trained;
-pub mod trees;
+mod trees;
 
 pub use compare::{compare_on_folds, cv_table, hand_weighted_scores, CvComparison};
 pub use config::RankerConfig;
@@ -101,4 +101,4 @@ pub use train::{train, train_on, EpochStats, TrainingHistory};
 pub use trained::{
     ranker_reward_value, sigmoid, Comparison, MemberSummary, TrainedRanker, TrainingSummary,
 };
-pub use trees::{BoostedTrees, Tree};
+pub use trees::{BoostedTrees, Tree, BINS as TREE_BINS};

@@ -361,23 +361,7 @@ impl Totals {
         }
         self.unknown_trips += f64::from(kp.unknown_trips);
 
-        // Memory: DRAM bandwidth, one SM's share for a small grid, and what the bytes the
-        // resident threads keep in flight (one of each global access) can sustain.
-        let per_thread: f64 = kp
-            .accesses
-            .iter()
-            .filter(|a| a.space == MemorySpace::Global)
-            .map(|a| f64::from(a.elem_bytes))
-            .sum();
-        let resident = s.threads.min(s.active_sms * s.resident_threads);
-        let mut bw = d.dram_bw.min(s.active_sms * d.sm_bw);
-        if per_thread > 0.0 {
-            bw = bw.min(resident * per_thread / d.dram_latency_s);
-        }
-        let memory = dram / bw;
-        // Compute: issue slots per thread on the lanes of the active SMs.
-        let compute =
-            s.threads * kernel.map_or(0.0, compute_slots) / (s.active_sms * d.fp32_lanes * d.clock);
+        let (memory, compute) = times(dram, &s, kernel, kp, d);
         self.memory_seconds += memory;
         self.compute_seconds += compute;
         let waves = (s.blocks / (s.active_sms * s.bps)).ceil();
@@ -412,6 +396,32 @@ impl Totals {
             ("traffic_estimated_time_us", ln1p(t.seconds * 1e6)),
         ]
     }
+}
+
+/// A launch's memory and compute times (seconds): `dram` bytes over the smallest of DRAM
+/// bandwidth, the active SMs' share and what the resident threads keep in flight (one of
+/// each global access, Little's law); issue slots per thread on the active SMs' lanes.
+fn times(
+    dram: f64,
+    s: &LaunchShape,
+    kernel: Option<&KernelFeatures>,
+    kp: &KernelProbe,
+    d: &Device,
+) -> (f64, f64) {
+    let per_thread: f64 = kp
+        .accesses
+        .iter()
+        .filter(|a| a.space == MemorySpace::Global)
+        .map(|a| f64::from(a.elem_bytes))
+        .sum();
+    let resident = s.threads.min(s.active_sms * s.resident_threads);
+    let mut bw = d.dram_bw.min(s.active_sms * d.sm_bw);
+    if per_thread > 0.0 {
+        bw = bw.min(resident * per_thread / d.dram_latency_s);
+    }
+    let compute =
+        s.threads * kernel.map_or(0.0, compute_slots) / (s.active_sms * d.fp32_lanes * d.clock);
+    (dram / bw, compute)
 }
 
 /// FP32-lane issue slots one thread of `k` spends: its loop-weighted FLOPs (twice for a

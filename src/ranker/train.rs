@@ -37,7 +37,7 @@ use super::model::{layer_dims, read_vec, MlpWeights, ScorerNet};
 use super::normalize::Normalizer;
 use super::rng::SplitMix64;
 use super::trained::{MemberSummary, TrainedRanker, TrainingSummary};
-use super::trees::BoostedTrees;
+use super::trees::{member_score, BoostedTrees};
 
 /// What one epoch did; passed to the progress callback and kept in [`TrainingHistory`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,22 +153,8 @@ pub(crate) fn train_on_tasks(
             &mut progress,
         )?);
     }
-    // Temperature: each member's validation pairs scored by that member.
-    let mut val_d = Vec::new();
-    for r in &runs {
-        let scores = r.weights_scores(&normed, dim);
-        for &i in &r.val_pairs {
-            let p = data.pairs[i];
-            let label = if p.log_ratio >= config.min_log_ratio {
-                1.0
-            } else {
-                0.5
-            };
-            val_d.push((scores[p.fast] - scores[p.slow], label));
-        }
-    }
     let temperature = if config.calibrate {
-        fit_temperature(&val_d)
+        fit_temperature(&validation_margins(data, &runs, &normed, dim, config))
     } else {
         1.0
     };
@@ -197,6 +183,31 @@ pub(crate) fn train_on_tasks(
         temperature,
     };
     Ok((ranker, history))
+}
+
+/// Each member's validation pairs scored by that member: (margin, label), label 1 when the
+/// first is faster beyond `min_log_ratio`, 0.5 for a tie.
+fn validation_margins(
+    data: &RankingData,
+    runs: &[MemberRun],
+    normed: &[f32],
+    dim: usize,
+    config: &RankerConfig,
+) -> Vec<(f64, f64)> {
+    let mut val_d = Vec::new();
+    for r in runs {
+        let scores = r.weights_scores(normed, dim);
+        for &i in &r.val_pairs {
+            let p = data.pairs[i];
+            let label = if p.log_ratio >= config.min_log_ratio {
+                1.0
+            } else {
+                0.5
+            };
+            val_d.push((scores[p.fast] - scores[p.slow], label));
+        }
+    }
+    val_d
 }
 
 /// The temperature `T` that minimises the cross-entropy of `σ(d / T)` against the labels
@@ -236,16 +247,6 @@ pub(crate) fn softplus(x: f64) -> f64 {
     }
 }
 
-/// A member's score of a normalised input: its MLP's, or the mean of its MLP's and its
-/// trees'.
-fn member_score(mlp: &MlpWeights, trees: Option<&BoostedTrees>, x: &[f32]) -> f32 {
-    let s = mlp.forward(x);
-    match trees {
-        Some(t) => 0.5 * (s + t.score(x)),
-        None => s,
-    }
-}
-
 /// One member's training run.
 struct MemberRun {
     weights: MlpWeights,
@@ -261,7 +262,13 @@ impl MemberRun {
     fn weights_scores(&self, normed: &[f32], dim: usize) -> Vec<f64> {
         normed
             .chunks_exact(dim)
-            .map(|x| f64::from(member_score(&self.weights, self.trees.as_ref(), x)))
+            .map(|x| {
+                f64::from(member_score(
+                    self.weights.forward(x),
+                    self.trees.as_ref(),
+                    x,
+                ))
+            })
             .collect()
     }
 

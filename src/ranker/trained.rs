@@ -8,7 +8,7 @@ use super::context::{context_base_len, with_reference};
 use super::error::{RankerError, Result};
 use super::model::{read_vec, MlpWeights};
 use super::normalize::Normalizer;
-use super::trees::BoostedTrees;
+use super::trees::{member_score, BoostedTrees};
 
 /// What the training run that produced a model saw; saved with the model.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -243,10 +243,7 @@ impl TrainedRanker {
         Ok(self
             .members()
             .enumerate()
-            .map(|(i, m)| match self.trees.get(i) {
-                Some(t) => 0.5 * (m.forward_with(&x, &mut a, &mut b) + t.score(&x)),
-                None => m.forward_with(&x, &mut a, &mut b),
-            })
+            .map(|(i, m)| member_score(m.forward_with(&x, &mut a, &mut b), self.trees.get(i), &x))
             .collect())
     }
 
@@ -287,9 +284,12 @@ impl TrainedRanker {
                 let sum: f32 = self
                     .members()
                     .enumerate()
-                    .map(|(i, m)| match self.trees.get(i) {
-                        Some(t) => 0.5 * (m.forward_with(&buf, &mut a, &mut b) + t.score(&buf)),
-                        None => m.forward_with(&buf, &mut a, &mut b),
+                    .map(|(i, m)| {
+                        member_score(
+                            m.forward_with(&buf, &mut a, &mut b),
+                            self.trees.get(i),
+                            &buf,
+                        )
                     })
                     .sum();
                 Ok(sum / self.ensemble_size() as f32)
@@ -316,10 +316,7 @@ impl TrainedRanker {
             // Trees have no tensor form: they run in plain Rust on the same rows.
             let trees = self.trees.get(i);
             for ((t, v), row) in total.iter_mut().zip(s).zip(rows.chunks_exact(dim)) {
-                *t += match trees {
-                    Some(tr) => 0.5 * (v + tr.score(row)),
-                    None => v,
-                };
+                *t += member_score(v, trees, row);
             }
         }
         let k = self.ensemble_size() as f32;

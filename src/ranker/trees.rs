@@ -94,7 +94,15 @@ impl Tree {
     }
 }
 
-/// One member's boosted trees: its tree score is the sum of theirs.
+/// One member's boosted trees: its tree score is the sum of theirs, and the member scores
+/// the mean of its MLP's score and this one.
+///
+/// Boosting is RankNet's: round `r` fits a tree to the Newton step of the MLP's pairwise
+/// loss (same soft targets and pair weights) at the current scores; a leaf's value is
+/// `−η · G / (H + λ)`. Splits are searched over at most [`BINS`] quantile cuts of each
+/// feature on the member's training samples, on a seeded share of the features per tree
+/// (`RankerConfig::tree_colsample`), depth-first to `tree_depth`, with at least
+/// `tree_min_samples` samples a leaf. The same data and seed give the same trees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BoostedTrees {
     /// The trees, in boosting order.
@@ -182,6 +190,15 @@ impl BoostedTrees {
             trees.push(tree);
         }
         BoostedTrees { trees }
+    }
+}
+
+/// A member's score of a normalised input `x` from its MLP's score `mlp`: the mean of the
+/// MLP's and its trees' (the MLP's alone for a member without trees).
+pub(crate) fn member_score(mlp: f32, trees: Option<&BoostedTrees>, x: &[f32]) -> f32 {
+    match trees {
+        Some(t) => 0.5 * (mlp + t.score(x)),
+        None => mlp,
     }
 }
 
