@@ -112,8 +112,6 @@ pub struct Device {
     pub threads_per_sm: f64,
     /// Resident blocks per SM.
     pub blocks_per_sm: f64,
-    /// FP32 peak, flop/s.
-    pub flops: f64,
     /// SM clock, Hz (one shared-memory wavefront per cycle).
     pub clock: f64,
     /// Seconds per launch.
@@ -140,7 +138,6 @@ pub const H200: Device = Device {
     smem_bytes: 228.0 * 1024.0,
     threads_per_sm: 2048.0,
     blocks_per_sm: 32.0,
-    flops: 60e12,
     clock: 1.7e9,
     launch_s: 2.5e-6,
     barrier_s: 0.1e-6,

@@ -164,7 +164,9 @@ impl TrainedRanker {
     /// reference]` for a reference-context model, `candidate` itself otherwise (the reference
     /// is then only checked). Score the reference with `input_against(reference, reference)`.
     pub fn input_against(&self, candidate: &[f32], reference: &[f32]) -> Result<Vec<f32>> {
-        let base = self.base_feature_names().len();
+        // One pass over the names for both the width and the mode (a per-candidate call).
+        let context = context_base_len(&self.feature_names);
+        let base = context.unwrap_or(self.feature_names.len());
         for (index, x) in [candidate, reference].into_iter().enumerate() {
             if x.len() != base {
                 return Err(RankerError::InputLength {
@@ -174,7 +176,7 @@ impl TrainedRanker {
                 });
             }
         }
-        Ok(if self.reference_context() {
+        Ok(if context.is_some() {
             with_reference(candidate, reference)
         } else {
             candidate.to_vec()
