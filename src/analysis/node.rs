@@ -37,11 +37,15 @@ struct Tables {
     fields: [Option<u16>; FIELDS.len()],
 }
 
-fn tables() -> &'static Tables {
+fn language() -> &'static Language {
     static LANGUAGE: OnceLock<Language> = OnceLock::new();
+    LANGUAGE.get_or_init(|| tree_sitter_cuda::LANGUAGE.into())
+}
+
+fn tables() -> &'static Tables {
     static TABLES: OnceLock<Tables> = OnceLock::new();
     TABLES.get_or_init(|| {
-        let lang: &'static Language = LANGUAGE.get_or_init(|| tree_sitter_cuda::LANGUAGE.into());
+        let lang = language();
         let kinds = (0..lang.node_kind_count())
             .map(|id| {
                 u16::try_from(id)
@@ -56,6 +60,20 @@ fn tables() -> &'static Tables {
         }
         Tables { kinds, fields }
     })
+}
+
+/// The kind of `node` for as long as the process runs (the grammar's own string).
+pub(crate) fn static_kind(node: Node<'_>) -> &'static str {
+    match tables().kinds.get(usize::from(node.kind_id())) {
+        Some(k) if !k.is_empty() => k,
+        // ERROR and other built-in symbols outside the table.
+        _ => language().node_kind_for_id(node.kind_id()).unwrap_or(""),
+    }
+}
+
+/// The grammar's name of field `id`.
+pub(crate) fn static_field_name(id: std::num::NonZeroU16) -> Option<&'static str> {
+    language().field_name_for_id(id.get())
 }
 
 /// Node queries by number instead of by name.

@@ -4,17 +4,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use tree_sitter::Node;
-
 use super::super::memory_ops::type_bytes;
-use super::super::node::NodeExt;
-use super::super::parse::text;
-use super::super::symbolic::declared_name;
+use super::flat::FlatNode;
 use super::values::{binary, comparison, is_integer_type, retype};
 use super::{Val, MAX_DEPTH, MAX_STEPS, MAX_TRIPS, SHARED_BASE, TRIP_SIMULATION};
 
 pub(super) struct Lane<'a> {
-    pub(super) src: &'a str,
     pub(super) vars: HashMap<&'a str, Val>,
     pub(super) tid: [i64; 3],
     pub(super) bid: [i64; 3],
@@ -42,7 +37,7 @@ pub(super) struct Lane<'a> {
 }
 
 impl<'a> Lane<'a> {
-    pub(super) fn eval<'t>(&mut self, n: Node<'t>) -> Val {
+    pub(super) fn eval(&mut self, n: FlatNode<'a>) -> Val {
         self.steps += 1;
         if self.steps > MAX_STEPS || self.depth >= MAX_DEPTH {
             return Val::Unknown;
@@ -53,13 +48,13 @@ impl<'a> Lane<'a> {
         v
     }
 
-    pub(super) fn eval_node<'t>(&mut self, n: Node<'t>) -> Val {
+    pub(super) fn eval_node(&mut self, n: FlatNode<'a>) -> Val {
         match n.kind_str() {
-            "number_literal" => number(text(n, self.src)),
+            "number_literal" => number(n.text()),
             "true" => Val::Int(1),
             "false" => Val::Int(0),
             "identifier" => {
-                let name = text(n, self.src);
+                let name = n.text();
                 match self.vars.get(name) {
                     Some(v) => *v,
                     None if name == "warpSize" => Val::Int(32),
@@ -70,7 +65,7 @@ impl<'a> Lane<'a> {
             "parenthesized_expression" => n.named_child(0).map_or(Val::Unknown, |c| self.eval(c)),
             "cast_expression" => {
                 let v = n.field("value").map_or(Val::Unknown, |c| self.eval(c));
-                let ty = n.field("type").map_or("", |t| text(t, self.src));
+                let ty = n.field("type").map_or("", |t| t.text());
                 retype(v, ty)
             }
             "binary_expression" => {
@@ -131,17 +126,17 @@ impl<'a> Lane<'a> {
     }
 
     /// `threadIdx.x`, `blockIdx.y`, `blockDim.z`, `gridDim.x`: this lane's coordinates.
-    fn builtin_index<'t>(&mut self, n: Node<'t>) -> Val {
+    fn builtin_index(&mut self, n: FlatNode<'a>) -> Val {
         let (Some(a), Some(f)) = (n.field("argument"), n.field("field")) else {
             return Val::Unknown;
         };
-        let k = match text(f, self.src) {
+        let k = match f.text() {
             "x" => 0,
             "y" => 1,
             "z" => 2,
             _ => return Val::Unknown,
         };
-        match text(a, self.src) {
+        match a.text() {
             "threadIdx" => Val::Int(self.tid[k]),
             "blockIdx" => Val::Int(self.bid[k]),
             "blockDim" => Val::Int(self.bdim[k]),
@@ -151,7 +146,7 @@ impl<'a> Lane<'a> {
     }
 
     /// `a[i]`: a load or store through a buffer, or a row of a 2-D shared array.
-    fn subscript<'t>(&mut self, n: Node<'t>) -> Val {
+    fn subscript(&mut self, n: FlatNode<'a>) -> Val {
         let (b, idx) = self.base_and_index(n);
         if let (Val::Rows { param, row, elem }, Val::Int(i)) = (b, idx) {
             // `tile[r]` of `tile[R][C]`: a row, the access is `tile[r][c]`.
@@ -166,7 +161,7 @@ impl<'a> Lane<'a> {
     }
 
     /// `*p` (an access) or `&a[i]` (a pointer).
-    fn pointer<'t>(&mut self, n: Node<'t>) -> Val {
+    fn pointer(&mut self, n: FlatNode<'a>) -> Val {
         let Some(arg) = n.field("argument") else {
             return Val::Unknown;
         };
@@ -184,7 +179,7 @@ impl<'a> Lane<'a> {
     }
 
     /// The pointer and the index of `a[i]`.
-    pub(super) fn base_and_index<'t>(&mut self, n: Node<'t>) -> (Val, Val) {
+    pub(super) fn base_and_index(&mut self, n: FlatNode<'a>) -> (Val, Val) {
         let base = n.field("argument").map_or(Val::Unknown, |b| self.eval(b));
         let idx = n
             .field("indices")
@@ -194,11 +189,11 @@ impl<'a> Lane<'a> {
         (base, idx)
     }
 
-    pub(super) fn call<'t>(&mut self, n: Node<'t>) -> Val {
-        let f = n.field("function").map_or("", |f| text(f, self.src));
-        let args: Vec<Node<'t>> = n
+    pub(super) fn call(&mut self, n: FlatNode<'a>) -> Val {
+        let f = n.field("function").map_or("", |f| f.text());
+        let args: Vec<FlatNode<'a>> = n
             .field("arguments")
-            .map(|a| a.named_children(&mut a.walk()).collect())
+            .map(|a| a.named_children().collect())
             .unwrap_or_default();
         let vals: Vec<Val> = args.iter().map(|a| self.eval(*a)).collect();
         let ints = |i: usize| match vals.get(i) {
@@ -235,7 +230,7 @@ impl<'a> Lane<'a> {
         }
     }
 
-    pub(super) fn assign<'t>(&mut self, n: Node<'t>) -> Val {
+    pub(super) fn assign(&mut self, n: FlatNode<'a>) -> Val {
         let (Some(l), Some(r)) = (n.field("left"), n.field("right")) else {
             return Val::Unknown;
         };
@@ -252,10 +247,10 @@ impl<'a> Lane<'a> {
     }
 
     /// Writes a variable, or records the store of an element.
-    pub(super) fn store<'t>(&mut self, l: Node<'t>, v: Val) {
+    pub(super) fn store(&mut self, l: FlatNode<'a>, v: Val) {
         match l.kind_str() {
             "identifier" => {
-                let name = text(l, self.src);
+                let name = l.text();
                 if self.vars.contains_key(name) {
                     self.vars.insert(name, v);
                 }
@@ -267,7 +262,7 @@ impl<'a> Lane<'a> {
     }
 
     /// Records that this lane accesses `base[idx]` at node `n`.
-    pub(super) fn touch<'t>(&mut self, n: Node<'t>, base: Val, idx: Val) {
+    pub(super) fn touch(&mut self, n: FlatNode<'a>, base: Val, idx: Val) {
         if let (
             Val::Ptr {
                 param,
@@ -285,15 +280,14 @@ impl<'a> Lane<'a> {
         }
     }
 
-    pub(super) fn declare<'t>(&mut self, d: Node<'t>) {
-        let ty = d.field("type").map_or("", |t| text(t, self.src));
-        if text(d, self.src).contains("__shared__") {
+    pub(super) fn declare(&mut self, d: FlatNode<'a>) {
+        let ty = d.field("type").map_or("", |t| t.text());
+        if d.text().contains("__shared__") {
             self.declare_shared(d, ty);
             return;
         }
-        let mut c = d.walk();
-        for decl in d.children_by_field_name("declarator", &mut c) {
-            let Some(name) = declared_name(decl, self.src) else {
+        for decl in d.fields("declarator") {
+            let Some(name) = decl.declared_name() else {
                 continue;
             };
             let v = if decl.kind_str() == "init_declarator" {
@@ -315,11 +309,10 @@ impl<'a> Lane<'a> {
 
     /// A `__shared__` array: 1-D as a pointer, 2-D as rows (sizes that do not evaluate
     /// leave it unknown), each with its own number from [`SHARED_BASE`] on.
-    pub(super) fn declare_shared<'t>(&mut self, d: Node<'t>, ty: &str) {
+    pub(super) fn declare_shared(&mut self, d: FlatNode<'a>, ty: &str) {
         let elem = type_bytes(ty.trim()).filter(|&e| e > 0).unwrap_or(4);
-        let mut c = d.walk();
-        for decl in d.children_by_field_name("declarator", &mut c) {
-            let Some(name) = declared_name(decl, self.src) else {
+        for decl in d.fields("declarator") {
+            let Some(name) = decl.declared_name() else {
                 continue;
             };
             let param = SHARED_BASE + self.shared_arrays;
@@ -351,7 +344,7 @@ impl<'a> Lane<'a> {
     /// Trip count of a `for` loop whose initializer has run: its header (condition, update)
     /// simulated on a copy of the variables, extrapolated for an additive step when it runs
     /// longer than [`TRIP_SIMULATION`]. `None` when the condition is unknown.
-    pub(super) fn trip_count<'t>(&mut self, s: Node<'t>) -> Option<f64> {
+    pub(super) fn trip_count(&mut self, s: FlatNode<'a>) -> Option<f64> {
         let cond = s.field("condition")?;
         let update = s.field("update");
         let saved = (self.vars.clone(), self.steps, self.depth);
@@ -403,9 +396,9 @@ impl<'a> Lane<'a> {
     /// Trips of a comparison loop from both sides of its condition at the start and after
     /// one update: the side that moved by a constant step reaches the other's value in
     /// `span / step` iterations (`None` when neither or both moved, or a value is unknown).
-    pub(super) fn extrapolate<'t>(
+    pub(super) fn extrapolate(
         &mut self,
-        cond: Node<'t>,
+        cond: FlatNode<'a>,
         start: Option<(Val, Val)>,
         after_one: Option<(Val, Val)>,
     ) -> Option<f64> {
@@ -430,7 +423,7 @@ impl<'a> Lane<'a> {
         Some((span.ceil() + extra).clamp(0.0, MAX_TRIPS))
     }
 
-    pub(super) fn exec<'t>(&mut self, s: Node<'t>) {
+    pub(super) fn exec(&mut self, s: FlatNode<'a>) {
         if self.returned || self.steps > MAX_STEPS || self.depth >= MAX_DEPTH {
             return;
         }
@@ -440,12 +433,10 @@ impl<'a> Lane<'a> {
         self.depth -= 1;
     }
 
-    pub(super) fn exec_node<'t>(&mut self, s: Node<'t>) {
+    pub(super) fn exec_node(&mut self, s: FlatNode<'a>) {
         match s.kind_str() {
             "compound_statement" => {
-                let mut c = s.walk();
-                let kids: Vec<Node<'t>> = s.named_children(&mut c).collect();
-                for k in kids {
+                for k in s.named_children() {
                     self.exec(k);
                 }
             }
@@ -464,7 +455,7 @@ impl<'a> Lane<'a> {
     }
 
     /// The branch a known condition takes, both when it is unknown.
-    fn if_statement<'t>(&mut self, s: Node<'t>) {
+    fn if_statement(&mut self, s: FlatNode<'a>) {
         let c = s
             .field("condition")
             .and_then(|c| c.named_child(0).or(Some(c)))
@@ -500,7 +491,7 @@ impl<'a> Lane<'a> {
     }
 
     /// The first iteration of a `for`, its accesses weighted by the loop's trip count.
-    fn for_statement<'t>(&mut self, s: Node<'t>) {
+    fn for_statement(&mut self, s: FlatNode<'a>) {
         if let Some(init) = s.field("initializer") {
             match init.kind_str() {
                 "declaration" => self.declare(init),
@@ -530,17 +521,17 @@ impl<'a> Lane<'a> {
     }
 
     /// The first iteration of a `while` or `do`; a loop that waits on memory is a spin wait.
-    fn while_statement<'t>(&mut self, s: Node<'t>) {
+    fn while_statement(&mut self, s: FlatNode<'a>) {
         let c = s
             .field("condition")
             .and_then(|c| c.named_child(0).or(Some(c)))
             .map_or(Val::Unknown, |c| self.eval(c));
         // A loop that waits: its exit is not known from the indices (`while (true)`
         // or a data-dependent test) and it reads memory other blocks write.
-        let cond_text = s.field("condition").map_or("", |c| text(c, self.src));
+        let cond_text = s.field("condition").map_or("", |c| c.text());
         let open_ended = !matches!(c, Val::Int(_))
             || matches!(cond_text.trim_matches(['(', ')', ' ']), "true" | "1");
-        let loop_text = text(s, self.src);
+        let loop_text = s.text();
         if open_ended
             && ["volatile", "atomic", "__ldcv", "ld.acquire"]
                 .iter()

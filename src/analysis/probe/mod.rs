@@ -10,6 +10,7 @@
 //! both statements of an unknown one; data loaded from memory is unknown, and an access
 //! whose index is unknown on any lane is not counted.
 
+mod flat;
 mod lane;
 mod values;
 
@@ -22,6 +23,7 @@ use super::node::NodeExt;
 use super::parse::{collect, parameters, text, Program};
 use super::symbolic::declared_name;
 use super::SourceTree;
+use flat::FlatTree;
 use lane::Lane;
 
 /// A kernel argument's value for the probe.
@@ -212,7 +214,8 @@ fn probe_kernel(
     args: &[ProbeArg],
     detailed: bool,
 ) -> Option<KernelProbe> {
-    let body = def.field("body")?;
+    let flat = FlatTree::new(def.field("body")?, src);
+    let body = flat.root();
     let params = parameters(def);
     if params.len() != args.len() {
         return None;
@@ -243,7 +246,6 @@ fn probe_kernel(
     // Trip counts are read from lane 0 only: the other lanes give addresses.
     let run = |tid: [i64; 3], bid: [i64; 3], count_trips: bool| {
         let mut l = Lane {
-            src,
             vars: bound.clone(),
             tid,
             bid,

@@ -1,14 +1,12 @@
 //! Values of the probe's interpreter: integer arithmetic that never panics, conversions to
 //! a declared type, and the comparison a loop condition makes.
 
-use tree_sitter::Node;
-
 use super::super::memory_ops::type_bytes;
-use super::super::node::NodeExt;
+use super::flat::FlatNode;
 use super::Val;
 
 /// The comparison of a loop condition (`i < n` of `(i < n)`), if it is a binary expression.
-pub(super) fn comparison<'t>(cond: Node<'t>) -> Option<Node<'t>> {
+pub(super) fn comparison(cond: FlatNode<'_>) -> Option<FlatNode<'_>> {
     let c = if cond.kind_str() == "parenthesized_expression" {
         cond.named_child(0)?
     } else {
@@ -18,8 +16,15 @@ pub(super) fn comparison<'t>(cond: Node<'t>) -> Option<Node<'t>> {
 }
 
 pub(super) fn is_integer_type(ty: &str) -> bool {
-    let t = ty.replace("const", "").replace("unsigned", "");
-    let t = t.trim();
+    // Most declarations say `int` or `float`: no copy of the text for those.
+    if ty.contains("const") || ty.contains("unsigned") {
+        let t = ty.replace("const", "").replace("unsigned", "");
+        return is_plain_integer_type(t.trim());
+    }
+    is_plain_integer_type(ty.trim())
+}
+
+fn is_plain_integer_type(t: &str) -> bool {
     matches!(
         t,
         "int"
