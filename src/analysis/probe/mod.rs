@@ -242,7 +242,7 @@ fn probe_kernel(
     }
     let g = grid.map(i64::from);
     let b = block.map(i64::from);
-    let bid = [g[0] / 2, g[1] / 2, g[2] / 2];
+    let mut bid = [g[0] / 2, g[1] / 2, g[2] / 2];
     // Trip counts are read from lane 0 only: the other lanes give addresses.
     let run = |tid: [i64; 3], bid: [i64; 3], count_trips: bool| {
         let mut l = Lane {
@@ -272,17 +272,32 @@ fn probe_kernel(
             unknown_trips: l.unknown_trips,
         }
     };
-    let mut per_access: BTreeMap<usize, Vec<(usize, i64, u32)>> = BTreeMap::new();
     let lanes = PROBE_LANES.min(b[0] * b[1] * b[2]).max(1);
-    let mut first = None;
-    for lane in 0..lanes {
-        let tid = [lane % b[0], (lane / b[0]) % b[1], lane / (b[0] * b[1])];
-        let r = run(tid, bid, detailed && lane == 0);
-        for (k, v) in &r.seen {
-            per_access.entry(*k).or_default().push(*v);
+    let probe_block = |bid: [i64; 3]| {
+        let mut per_access: BTreeMap<usize, Vec<(usize, i64, u32)>> = BTreeMap::new();
+        let mut first = None;
+        for lane in 0..lanes {
+            let tid = [lane % b[0], (lane / b[0]) % b[1], lane / (b[0] * b[1])];
+            let r = run(tid, bid, detailed && lane == 0);
+            for (k, v) in &r.seen {
+                per_access.entry(*k).or_default().push(*v);
+            }
+            if lane == 0 {
+                first = Some(r);
+            }
         }
-        if lane == 0 {
-            first = Some(r);
+        (per_access, first)
+    };
+    let seen_enough = |per_access: &BTreeMap<usize, Vec<_>>| {
+        per_access.values().any(|v| v.len() as i64 * 2 >= lanes)
+    };
+    let (mut per_access, mut first) = probe_block(bid);
+    // The middle block of a small grid is often its last, partial one (2 blocks for 257
+    // rows: lanes 1.. of block 1 are past the end and skip every access): then block 0.
+    if !seen_enough(&per_access) && bid != [0, 0, 0] {
+        let (p0, f0) = probe_block([0, 0, 0]);
+        if seen_enough(&p0) {
+            (per_access, first, bid) = (p0, f0, [0, 0, 0]);
         }
     }
     let first = first?;

@@ -159,3 +159,42 @@ fn trips_of_a_condition_on_an_expression_are_extrapolated() {
         );
     }
 }
+
+// Guards the choice of block: row_variance's reference runs 257 rows on 2 blocks of 256, so
+// the middle block is the last one, where only lane 0 has a row. Probed there, the kernel
+// seemed to read nothing, and its one-thread-per-row walk (32 sectors a warp, a row's
+// stride apart) was estimated as a coalesced pass; block 0 sees the scattered walk.
+#[test]
+fn a_partial_middle_block_falls_back_to_block_zero() {
+    let src = "extern \"C\" __global__ void k(const float* a, float* v, int rows, int cols) {\n  int r = blockIdx.x * blockDim.x + threadIdx.x;\n  if (r < rows) {\n    const float* ar = a + (size_t)r * cols;\n    float s = 0.0f;\n    for (int c = 0; c < cols; ++c) s += ar[c];\n    v[r] = s;\n  }\n}\n";
+    let tree = SourceTree::parse(src.as_bytes()).expect("parses");
+    let args = [
+        ProbeArg::Buffer,
+        ProbeArg::Buffer,
+        ProbeArg::Int(257),
+        ProbeArg::Int(262_147),
+    ];
+    let k = WarpProbe::new(&tree)
+        .run_detailed("k", [2, 1, 1], [256, 1, 1], &args)
+        .expect("kernel found");
+    let row = k
+        .accesses
+        .iter()
+        .find(|a| a.array == 0)
+        .expect("the row walk is seen");
+    assert_eq!((row.probe.lanes, row.probe.sectors), (8, 8), "{row:?}");
+    assert_eq!(row.trips, 262_147.0);
+    // A grid whose middle block is full still probes the middle block: same sectors.
+    let full = WarpProbe::new(&tree).run(
+        "k",
+        [4, 1, 1],
+        [256, 1, 1],
+        &[
+            ProbeArg::Buffer,
+            ProbeArg::Buffer,
+            ProbeArg::Int(1024),
+            ProbeArg::Int(4),
+        ],
+    );
+    assert!(full.iter().all(|a| a.lanes == 8), "{full:?}");
+}
