@@ -513,17 +513,23 @@ impl<'t> Evaluator<'_, 't> {
     }
 }
 
+/// Declarator kinds that wrap the declared name (`*x`, `a[4]`, `n = 3`, `(f)`): the name is
+/// in their `declarator` field, or their first named child that is not a qualifier.
+pub(crate) const DECLARATOR_WRAPPERS: [&str; 6] = [
+    "parameter_declaration",
+    "init_declarator",
+    "pointer_declarator",
+    "array_declarator",
+    "reference_declarator",
+    "parenthesized_declarator",
+];
+
 /// The identifier a declarator introduces (`*const p`, `a[32]`, `x = 1` → name).
 pub(crate) fn declared_name<'s>(mut node: Node, src: &'s str) -> Option<&'s str> {
     for _ in 0..16 {
         match node.kind_str() {
             "identifier" | "field_identifier" => return Some(text(node, src)),
-            "parameter_declaration"
-            | "init_declarator"
-            | "pointer_declarator"
-            | "array_declarator"
-            | "reference_declarator"
-            | "parenthesized_declarator" => {
+            k if DECLARATOR_WRAPPERS.contains(&k) => {
                 node = match node.field("declarator") {
                     Some(n) => n,
                     None => node

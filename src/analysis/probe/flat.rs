@@ -11,6 +11,7 @@
 use tree_sitter::Node;
 
 use super::super::node::{static_field_name, static_kind};
+use super::super::symbolic::DECLARATOR_WRAPPERS;
 
 /// One node: its kind, byte range and the range of its children in [`FlatTree::kids`].
 struct Flat {
@@ -193,12 +194,7 @@ impl<'a> FlatNode<'a> {
         for _ in 0..16 {
             match self.kind_str() {
                 "identifier" | "field_identifier" => return Some(self.text()),
-                "parameter_declaration"
-                | "init_declarator"
-                | "pointer_declarator"
-                | "array_declarator"
-                | "reference_declarator"
-                | "parenthesized_declarator" => {
+                k if DECLARATOR_WRAPPERS.contains(&k) => {
                     self = match self.field("declarator") {
                         Some(n) => n,
                         None => self
