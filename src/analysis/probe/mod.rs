@@ -214,12 +214,12 @@ fn probe_kernel(
     args: &[ProbeArg],
     detailed: bool,
 ) -> Option<KernelProbe> {
-    let flat = FlatTree::new(def.field("body")?, src);
-    let body = flat.root();
     let params = parameters(def);
     if params.len() != args.len() {
         return None;
     }
+    let flat = FlatTree::new(def.field("body")?, src);
+    let body = flat.root();
     let mut bound: HashMap<&str, Val> = HashMap::new();
     for (i, (p, a)) in params.iter().zip(args).enumerate() {
         let ty = p.field("type").map_or("", |t| text(t, src));
