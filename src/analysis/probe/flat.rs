@@ -211,6 +211,7 @@ impl<'a> FlatNode<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::node::tests::real_and_broken_sources;
     use super::super::super::parse::parse;
     use super::super::super::symbolic::declared_name;
     use super::*;
@@ -218,13 +219,7 @@ mod tests {
     /// Every node of a real kernel (and of a broken one) answers as its tree-sitter node does.
     #[test]
     fn same_answers_as_tree_sitter() {
-        let src = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/fixtures/kernels/layernorm.cu"
-        ))
-        .unwrap();
-        let broken = format!("{src}\n__global__ void k( {{{{ int x = ;");
-        for text in [src, broken] {
+        for text in real_and_broken_sources() {
             let tree = parse(&text).unwrap();
             let flat = FlatTree::new(tree.root_node(), &text);
             let mut stack = vec![(tree.root_node(), flat.root())];

@@ -15,6 +15,7 @@ mod lane;
 mod values;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use tree_sitter::Node;
 
@@ -91,6 +92,9 @@ const PROBE_LANES: i64 = 8;
 pub struct WarpProbe<'t> {
     src: &'t str,
     prog: Program<'t>,
+    /// Kernel bodies copied for the interpreter, by the definition's start byte: a plan that
+    /// launches one kernel several times copies it once.
+    bodies: Mutex<Vec<(usize, Arc<FlatTree<'t>>)>>,
 }
 
 impl<'t> WarpProbe<'t> {
@@ -100,7 +104,33 @@ impl<'t> WarpProbe<'t> {
         WarpProbe {
             src: tree.parsed_text(),
             prog: collect(tree.tree(), tree.parsed_text()),
+            bodies: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The flat copy of `def`'s body, made on first use (`None` without a body).
+    fn body(&self, def: Node<'t>) -> Option<Arc<FlatTree<'t>>> {
+        let mut bodies = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, b)) = bodies.iter().find(|(at, _)| *at == def.start_byte()) {
+            return Some(Arc::clone(b));
+        }
+        let flat = Arc::new(FlatTree::new(def.field("body")?, self.src));
+        bodies.push((def.start_byte(), Arc::clone(&flat)));
+        Some(flat)
+    }
+
+    /// The probe of kernel `kernel` (template arguments ignored), detailed or not.
+    fn probe(
+        &self,
+        kernel: &str,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[ProbeArg],
+        detailed: bool,
+    ) -> Option<KernelProbe> {
+        let base = kernel.split('<').next().unwrap_or(kernel).trim();
+        let def = self.prog.functions.get(base).map(|f| f.node)?;
+        self.probe_kernel(def, grid, block, args, detailed)
     }
 
     /// Probes kernel `kernel` launched with `grid` × `block` and these arguments (in
@@ -114,11 +144,7 @@ impl<'t> WarpProbe<'t> {
         block: [u32; 3],
         args: &[ProbeArg],
     ) -> Vec<AccessProbe> {
-        let base = kernel.split('<').next().unwrap_or(kernel).trim();
-        let Some(def) = self.prog.functions.get(base).map(|f| f.node) else {
-            return Vec::new();
-        };
-        probe_kernel(self.src, def, grid, block, args, false)
+        self.probe(kernel, grid, block, args, false)
             .map(|k| k.global_sectors())
             .unwrap_or_default()
     }
@@ -134,9 +160,7 @@ impl<'t> WarpProbe<'t> {
         block: [u32; 3],
         args: &[ProbeArg],
     ) -> Option<KernelProbe> {
-        let base = kernel.split('<').next().unwrap_or(kernel).trim();
-        let def = self.prog.functions.get(base).map(|f| f.node)?;
-        probe_kernel(self.src, def, grid, block, args, true)
+        self.probe(kernel, grid, block, args, true)
     }
 }
 
@@ -206,153 +230,156 @@ struct LaneRun {
     unknown_trips: u32,
 }
 
-fn probe_kernel(
-    src: &str,
-    def: Node<'_>,
-    grid: [u32; 3],
-    block: [u32; 3],
-    args: &[ProbeArg],
-    detailed: bool,
-) -> Option<KernelProbe> {
-    let params = parameters(def);
-    if params.len() != args.len() {
-        return None;
-    }
-    let flat = FlatTree::new(def.field("body")?, src);
-    let body = flat.root();
-    let mut bound: HashMap<&str, Val> = HashMap::new();
-    for (i, (p, a)) in params.iter().zip(args).enumerate() {
-        let ty = p.field("type").map_or("", |t| text(t, src));
-        let Some(d) = p.field("declarator") else {
-            continue;
-        };
-        let Some(name) = declared_name(d, src) else {
-            continue;
-        };
-        let v = match a {
-            ProbeArg::Buffer => Val::Ptr {
-                param: i,
-                offset: 0,
-                elem: type_bytes(ty).filter(|&e| e > 0).unwrap_or(4),
-            },
-            ProbeArg::Int(x) => Val::Int(*x),
-            ProbeArg::Other => Val::Unknown,
-        };
-        bound.insert(name, v);
-    }
-    let g = grid.map(i64::from);
-    let b = block.map(i64::from);
-    let mut bid = [g[0] / 2, g[1] / 2, g[2] / 2];
-    // Trip counts are read from lane 0 only: the other lanes give addresses.
-    let run = |tid: [i64; 3], bid: [i64; 3], count_trips: bool| {
-        let mut l = Lane {
-            vars: bound.clone(),
-            tid,
-            bid,
-            bdim: b,
-            gdim: g,
-            seen: BTreeMap::new(),
-            trips: BTreeMap::new(),
-            mult: 1.0,
-            barriers: 0.0,
-            spin_waits: 0,
-            unknown_trips: 0,
-            shared_arrays: 0,
-            count_trips,
-            steps: 0,
-            depth: 0,
-            returned: false,
-        };
-        l.exec(body);
-        LaneRun {
-            seen: l.seen,
-            trips: l.trips,
-            barriers: l.barriers,
-            spin_waits: l.spin_waits,
-            unknown_trips: l.unknown_trips,
+impl<'t> WarpProbe<'t> {
+    fn probe_kernel(
+        &self,
+        def: Node<'t>,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[ProbeArg],
+        detailed: bool,
+    ) -> Option<KernelProbe> {
+        let src = self.src;
+        let params = parameters(def);
+        if params.len() != args.len() {
+            return None;
         }
-    };
-    let lanes = PROBE_LANES.min(b[0] * b[1] * b[2]).max(1);
-    let probe_block = |bid: [i64; 3]| {
-        let mut per_access: BTreeMap<usize, Vec<(usize, i64, u32)>> = BTreeMap::new();
-        let mut first = None;
-        for lane in 0..lanes {
-            let tid = [lane % b[0], (lane / b[0]) % b[1], lane / (b[0] * b[1])];
-            let r = run(tid, bid, detailed && lane == 0);
-            for (k, v) in &r.seen {
-                per_access.entry(*k).or_default().push(*v);
-            }
-            if lane == 0 {
-                first = Some(r);
-            }
-        }
-        (per_access, first)
-    };
-    let seen_enough = |per_access: &BTreeMap<usize, Vec<_>>| {
-        per_access.values().any(|v| v.len() as i64 * 2 >= lanes)
-    };
-    let (mut per_access, mut first) = probe_block(bid);
-    // The middle block of a small grid is often its last, partial one (2 blocks for 257
-    // rows: lanes 1.. of block 1 are past the end and skip every access): then block 0.
-    if !seen_enough(&per_access) && bid != [0, 0, 0] {
-        let (p0, f0) = probe_block([0, 0, 0]);
-        if seen_enough(&p0) {
-            (per_access, first, bid) = (p0, f0, [0, 0, 0]);
-        }
-    }
-    let first = first?;
-    // Lane 0 of the neighbouring block: the same address there means the blocks share it.
-    let next = if !detailed {
-        None
-    } else if g[0] > 1 {
-        Some([(bid[0] + 1) % g[0], bid[1], bid[2]])
-    } else if g[1] > 1 {
-        Some([bid[0], (bid[1] + 1) % g[1], bid[2]])
-    } else {
-        None
-    };
-    let neighbour = next.map(|nb| run([0, 0, 0], nb, false).seen);
-    let accesses = per_access
-        .into_iter()
-        .filter(|(_, v)| v.len() as i64 * 2 >= lanes)
-        .map(|(node, v)| {
-            let (param, addr0, elem) = v[0];
-            let elem = elem.max(1);
-            let mut sectors: Vec<(usize, i64)> =
-                v.iter().map(|&(p, a, _)| (p, a.div_euclid(32))).collect();
-            sectors.sort_unstable();
-            sectors.dedup();
-            let bytes = v.len() as u32 * elem;
-            let shared = param >= SHARED_BASE;
-            let bank_degree = if shared { bank_degree(&v) } else { 1 };
-            AccessDetail {
-                space: if shared {
-                    MemorySpace::Shared
-                } else {
-                    MemorySpace::Global
+        let flat = self.body(def)?;
+        let body = flat.root();
+        let mut bound: HashMap<&str, Val> = HashMap::new();
+        for (i, (p, a)) in params.iter().zip(args).enumerate() {
+            let ty = p.field("type").map_or("", |t| text(t, src));
+            let Some(d) = p.field("declarator") else {
+                continue;
+            };
+            let Some(name) = declared_name(d, src) else {
+                continue;
+            };
+            let v = match a {
+                ProbeArg::Buffer => Val::Ptr {
+                    param: i,
+                    offset: 0,
+                    elem: type_bytes(ty).filter(|&e| e > 0).unwrap_or(4),
                 },
-                array: if shared { param - SHARED_BASE } else { param },
-                elem_bytes: elem,
-                probe: AccessProbe {
-                    lanes: v.len() as u32,
-                    sectors: sectors.len() as u32,
-                    ideal: bytes.div_ceil(32).max(1),
-                },
-                trips: first.trips.get(&node).copied().unwrap_or(1.0),
-                block_invariant: neighbour
-                    .as_ref()
-                    .and_then(|n| n.get(&node))
-                    .is_some_and(|&(p, a, _)| p == param && a == addr0),
-                bank_degree,
+                ProbeArg::Int(x) => Val::Int(*x),
+                ProbeArg::Other => Val::Unknown,
+            };
+            bound.insert(name, v);
+        }
+        let g = grid.map(i64::from);
+        let b = block.map(i64::from);
+        let mut bid = [g[0] / 2, g[1] / 2, g[2] / 2];
+        // Trip counts are read from lane 0 only: the other lanes give addresses.
+        let run = |tid: [i64; 3], bid: [i64; 3], count_trips: bool| {
+            let mut l = Lane {
+                vars: bound.clone(),
+                tid,
+                bid,
+                bdim: b,
+                gdim: g,
+                seen: BTreeMap::new(),
+                trips: BTreeMap::new(),
+                mult: 1.0,
+                barriers: 0.0,
+                spin_waits: 0,
+                unknown_trips: 0,
+                shared_arrays: 0,
+                count_trips,
+                steps: 0,
+                depth: 0,
+                returned: false,
+            };
+            l.exec(body);
+            LaneRun {
+                seen: l.seen,
+                trips: l.trips,
+                barriers: l.barriers,
+                spin_waits: l.spin_waits,
+                unknown_trips: l.unknown_trips,
             }
+        };
+        let lanes = PROBE_LANES.min(b[0] * b[1] * b[2]).max(1);
+        let probe_block = |bid: [i64; 3]| {
+            let mut per_access: BTreeMap<usize, Vec<(usize, i64, u32)>> = BTreeMap::new();
+            let mut first = None;
+            for lane in 0..lanes {
+                let tid = [lane % b[0], (lane / b[0]) % b[1], lane / (b[0] * b[1])];
+                let r = run(tid, bid, detailed && lane == 0);
+                for (k, v) in &r.seen {
+                    per_access.entry(*k).or_default().push(*v);
+                }
+                if lane == 0 {
+                    first = Some(r);
+                }
+            }
+            (per_access, first)
+        };
+        let seen_enough = |per_access: &BTreeMap<usize, Vec<_>>| {
+            per_access.values().any(|v| v.len() as i64 * 2 >= lanes)
+        };
+        let (mut per_access, mut first) = probe_block(bid);
+        // The middle block of a small grid is often its last, partial one (2 blocks for 257
+        // rows: lanes 1.. of block 1 are past the end and skip every access): then block 0.
+        if !seen_enough(&per_access) && bid != [0, 0, 0] {
+            let (p0, f0) = probe_block([0, 0, 0]);
+            if seen_enough(&p0) {
+                (per_access, first, bid) = (p0, f0, [0, 0, 0]);
+            }
+        }
+        let first = first?;
+        // Lane 0 of the neighbouring block: the same address there means the blocks share it.
+        let next = if !detailed {
+            None
+        } else if g[0] > 1 {
+            Some([(bid[0] + 1) % g[0], bid[1], bid[2]])
+        } else if g[1] > 1 {
+            Some([bid[0], (bid[1] + 1) % g[1], bid[2]])
+        } else {
+            None
+        };
+        let neighbour = next.map(|nb| run([0, 0, 0], nb, false).seen);
+        let accesses = per_access
+            .into_iter()
+            .filter(|(_, v)| v.len() as i64 * 2 >= lanes)
+            .map(|(node, v)| {
+                let (param, addr0, elem) = v[0];
+                let elem = elem.max(1);
+                let mut sectors: Vec<(usize, i64)> =
+                    v.iter().map(|&(p, a, _)| (p, a.div_euclid(32))).collect();
+                sectors.sort_unstable();
+                sectors.dedup();
+                let bytes = v.len() as u32 * elem;
+                let shared = param >= SHARED_BASE;
+                let bank_degree = if shared { bank_degree(&v) } else { 1 };
+                AccessDetail {
+                    space: if shared {
+                        MemorySpace::Shared
+                    } else {
+                        MemorySpace::Global
+                    },
+                    array: if shared { param - SHARED_BASE } else { param },
+                    elem_bytes: elem,
+                    probe: AccessProbe {
+                        lanes: v.len() as u32,
+                        sectors: sectors.len() as u32,
+                        ideal: bytes.div_ceil(32).max(1),
+                    },
+                    trips: first.trips.get(&node).copied().unwrap_or(1.0),
+                    block_invariant: neighbour
+                        .as_ref()
+                        .and_then(|n| n.get(&node))
+                        .is_some_and(|&(p, a, _)| p == param && a == addr0),
+                    bank_degree,
+                }
+            })
+            .collect();
+        Some(KernelProbe {
+            accesses,
+            barriers: first.barriers,
+            spin_waits: first.spin_waits,
+            unknown_trips: first.unknown_trips,
         })
-        .collect();
-    Some(KernelProbe {
-        accesses,
-        barriers: first.barriers,
-        spin_waits: first.spin_waits,
-        unknown_trips: first.unknown_trips,
-    })
+    }
 }
 
 /// Lanes of a full warp that hit one bank with different 4-byte words: `gcd(stride, 32)`
