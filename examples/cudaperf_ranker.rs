@@ -75,7 +75,8 @@ struct Args {
     /// A measured program table whose tasks are held out: two recipes (the shipped one and
     /// an MLP on the features alone) are trained on every other task and judged on all
     /// pairs of the table's correct programs (kernels and tasks neither model saw, timed on
-    /// a GPU). Written to `table-test.md` in `--out`.
+    /// a GPU). Written to `table-test.md` in `--out`, with the shipped recipe's score and
+    /// base features of every program in `table-test-programs.json` (for looking at misses).
     #[arg(long)]
     table_test: Option<PathBuf>,
     /// Give the model each implementation's features next to their difference from its
@@ -532,6 +533,8 @@ fn table_test(
         ("shipped (reference context, MLP + trees)", true, 300),
         ("MLP on the features alone", false, 0),
     ];
+    // The shipped recipe's score and base features of every program, for looking at misses.
+    let mut per_program = Vec::new();
     for (label, context, trees) in recipes {
         let data = if context {
             kept.with_reference_context()?
@@ -561,6 +564,17 @@ fn table_test(
                 .entry(r.task.as_str())
                 .or_default()
                 .push((stage.candidate_score, speedup.ln()));
+            if context {
+                let (names, f) = scorer.row_features(r)?;
+                let space = common::space::task(&r.task);
+                per_program.push(serde_json::json!({
+                    "task": r.task,
+                    "program": space.map(|t| t.describe(&r.knobs)),
+                    "log_speedup": speedup.ln(),
+                    "score": stage.candidate_score,
+                    "features": names.iter().zip(&f).map(|(n, v)| (n.clone(), *v)).collect::<BTreeMap<_, _>>(),
+                }));
+            }
         }
         let mut pooled = [(0usize, 0usize); 4];
         for (task, v) in &scored {
@@ -593,6 +607,10 @@ fn table_test(
         }
         let _ = writeln!(out, "{}", table_test_row(label, "all", &pooled));
     }
+    std::fs::write(
+        args.out.join("table-test-programs.json"),
+        serde_json::to_string(&per_program)?,
+    )?;
     out.push_str(
         "\nSpeedups are the table's (each program against its own reference in the same run); \
          scores are the models' candidate scores, so every pair compares two programs of one \

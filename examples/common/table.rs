@@ -407,6 +407,20 @@ impl RankerScorer {
         Ok((x, scores))
     }
 
+    /// The base feature names and values of a row's program (rendered again from its knobs).
+    pub fn row_features(&self, r: &Row) -> Result<(&[String], Vec<f32>), String> {
+        let t = space::task(&r.task).ok_or_else(|| format!("row of unknown task `{}`", r.task))?;
+        let src = t.render(&r.knobs).map_err(|e| e.to_string())?;
+        let (task, _, _) = self
+            .tasks
+            .get(&r.task)
+            .ok_or_else(|| format!("task {} not added", r.task))?;
+        Ok((
+            &self.names,
+            self.base_features(task, &src, "the candidate")?,
+        ))
+    }
+
     /// The ranker stage of a row (its program rendered again from its knobs; an error if it
     /// no longer renders the row's hash, or its task was not added).
     pub fn stage(&self, r: &Row) -> Result<RankerScores, String> {
