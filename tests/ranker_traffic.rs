@@ -38,9 +38,14 @@ fn source(task: &Task, name: &str) -> String {
 fn traffic(task_id: &str, name: &str) -> HashMap<&'static str, f32> {
     let task = task(task_id);
     let src = source(&task, name);
-    let plan = TimedPlan::of_source(&task, &src, &PlanLimits::default(), name).expect("plan");
+    traffic_of(&task, &src, name)
+}
+
+/// The traffic features of `src` (with its `@launch` line) in `task`, by name.
+fn traffic_of(task: &Task, src: &str, name: &str) -> HashMap<&'static str, f32> {
+    let plan = TimedPlan::of_source(task, src, &PlanLimits::default(), name).expect("plan");
     let features = analyze(src.as_bytes());
-    traffic_features_named(&plan.input(&task, &src), &features, name)
+    traffic_features_named(&plan.input(task, src), &features, name)
         .expect("traffic features")
         .into_iter()
         .collect()
@@ -331,4 +336,42 @@ fn a_few_thousand_column_walkers_are_latency_bound() {
         walkers["traffic_memory_time_us"] > split["traffic_memory_time_us"] + 1.5,
         "{walkers:?} vs {split:?}"
     );
+}
+
+/// `cumsum_cols`' one-thread-per-column running sum with `pragma` before its row loop and
+/// `restrict` on the pointers.
+fn running_sum(pragma: &str, restrict: &str) -> String {
+    format!(
+        "// @launch cumsum_cols grid=(ceil_div(cols, 256)) block=(256)\n\
+         extern \"C\" __global__ void cumsum_cols(const float* {restrict} x, float* {restrict} y,\n\
+                                               int rows, int cols) {{\n\
+             int c = blockIdx.x * blockDim.x + threadIdx.x;\n\
+             if (c >= cols) return;\n\
+             float s = 0.0f;\n\
+             {pragma}\n\
+             for (int r = 0; r < rows; ++r) {{\n\
+                 s += x[(size_t)r * cols + c];\n\
+                 y[(size_t)r * cols + c] = s;\n\
+             }}\n\
+         }}\n"
+    )
+}
+
+// Guards the unroll term of the memory-parallelism bound: 8,192 column walkers are latency
+// bound, `#pragma unroll 4` puts four rows' loads in flight,
+// `#pragma unroll 1` and no pragma one — and with pointers that may alias, the store of
+// each row's running sum orders the next row's load after it, so unrolling gains nothing.
+#[test]
+fn unrolled_loads_are_in_flight_together_unless_a_store_may_alias_them() {
+    let task = task("cumsum_cols");
+    let time = |pragma: &str, restrict: &str| {
+        traffic_of(&task, &running_sum(pragma, restrict), pragma)["traffic_memory_time_us"]
+    };
+    let rolled = time("#pragma unroll 1", "__restrict__");
+    assert_eq!(time("", "__restrict__"), rolled);
+    let unrolled = time("#pragma unroll 4", "__restrict__");
+    // Four loads and the store in flight against one of each: 2.5× the bytes, a 2.5×
+    // shorter time, ~ln 2.5 lower in ln(1 + t).
+    assert!(unrolled < rolled - 0.8, "{unrolled} vs {rolled}");
+    assert_eq!(time("#pragma unroll 4", ""), rolled);
 }

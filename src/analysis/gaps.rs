@@ -7,7 +7,7 @@
 //! likewise; and `__align__(16)` in a declaration is an `ERROR`. These are replaced by
 //! spaces, byte for byte (newlines kept), so every byte offset, line and column of the rest
 //! stays what it was; what a blanked `#pragma unroll` said is kept in a side table
-//! ([`Neutralised::unroll_ends`]) for the loop features. Comments and string literals are
+//! ([`Neutralised::unrolls`]) for the loop features and the warp probe. Comments and string literals are
 //! left alone. Gaps that cannot be blanked this way (a macro invocation standing for a
 //! statement without its `;`, `#if`/`#else` branches that each open a brace) are judged by
 //! NVRTC's verdict instead (`pipeline::syntax`).
@@ -17,17 +17,33 @@
 pub(crate) struct Neutralised {
     /// The blanked text, or `None` when nothing was blanked (parse the source itself).
     pub text: Option<String>,
-    /// Byte offsets just past each blanked `#pragma unroll` / `_Pragma("unroll")` (with a
-    /// count or not; `nounroll` excluded), ascending: a loop that starts after one with only
-    /// whitespace between is unrolled.
-    pub unroll_ends: Vec<usize>,
+    /// Each blanked `#pragma unroll` / `_Pragma("unroll")` (with a count or not; `nounroll`
+    /// excluded), ascending: a loop that starts after one with only whitespace between is
+    /// unrolled.
+    pub unrolls: Vec<UnrollPragma>,
 }
 
-/// Whether `arg` (a pragma's text after `pragma`) asks for unrolling.
-fn is_unroll(arg: &str) -> bool {
-    let arg = arg.trim_start();
-    arg.strip_prefix("unroll")
-        .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+/// A blanked `#pragma unroll`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UnrollPragma {
+    /// Byte offset just past it.
+    pub end: usize,
+    /// Its count (`#pragma unroll 4`); `None` without one, or when it is not a literal
+    /// (`#pragma unroll UNROLL`). `Some(1)` keeps the loop rolled.
+    pub count: Option<u32>,
+}
+
+/// Whether `arg` (a pragma's text after `pragma`) asks for unrolling: `Some(count)` then.
+fn unroll_count(arg: &str) -> Option<Option<u32>> {
+    let rest = arg.trim_start().strip_prefix("unroll")?;
+    if rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+        return None;
+    }
+    let rest = rest.trim_start().trim_start_matches('(');
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let after = rest[digits..].trim_start();
+    let literal = digits > 0 && (after.is_empty() || after.starts_with([')', '"']));
+    Some(rest[..digits].parse().ok().filter(|_| literal))
 }
 
 fn is_ident_start(b: u8) -> bool {
@@ -111,7 +127,7 @@ fn directive_end(b: &[u8], i: usize) -> usize {
 #[derive(Default)]
 struct Gaps {
     blank: Vec<(usize, usize)>,
-    unroll_ends: Vec<usize>,
+    unrolls: Vec<UnrollPragma>,
 }
 
 impl Gaps {
@@ -126,8 +142,8 @@ impl Gaps {
         if let Some(arg) = body.strip_prefix("pragma") {
             if arg.is_empty() || arg.starts_with(|c: char| c.is_whitespace()) {
                 self.blank.push((i, end));
-                if is_unroll(arg) {
-                    self.unroll_ends.push(end);
+                if let Some(count) = unroll_count(arg) {
+                    self.unrolls.push(UnrollPragma { end, count });
                 }
             }
         }
@@ -159,8 +175,8 @@ impl Gaps {
         self.blank.push((start, end));
         if word == "_Pragma" {
             let inner = String::from_utf8_lossy(&b[open + 1..end - 1]);
-            if is_unroll(inner.trim().trim_start_matches('"')) {
-                self.unroll_ends.push(end);
+            if let Some(count) = unroll_count(inner.trim().trim_start_matches('"')) {
+                self.unrolls.push(UnrollPragma { end, count });
             }
         }
         end
@@ -185,7 +201,7 @@ impl Gaps {
         match String::from_utf8(out) {
             Ok(text) => Neutralised {
                 text: Some(text),
-                unroll_ends: self.unroll_ends,
+                unrolls: self.unrolls,
             },
             Err(_) => Neutralised::default(),
         }
@@ -237,14 +253,18 @@ pub(crate) fn neutralise(src: &str) -> Neutralised {
     gaps.apply(src)
 }
 
-/// Whether a loop starting at byte `start` of `text` (the blanked text) follows a blanked
-/// `#pragma unroll` with only whitespace between.
-pub(crate) fn unrolled_at(unroll_ends: &[usize], text: &str, start: usize) -> bool {
-    let k = unroll_ends.partition_point(|&e| e <= start);
-    k > 0
-        && text
-            .get(unroll_ends[k - 1]..start)
-            .is_some_and(|between| between.trim().is_empty())
+/// The blanked `#pragma unroll` a loop starting at byte `start` of `text` (the blanked
+/// text) follows with only whitespace between, if any.
+pub(crate) fn unroll_at(
+    unrolls: &[UnrollPragma],
+    text: &str,
+    start: usize,
+) -> Option<UnrollPragma> {
+    let k = unrolls.partition_point(|u| u.end <= start);
+    let u = *unrolls.get(k.checked_sub(1)?)?;
+    text.get(u.end..start)
+        .is_some_and(|between| between.trim().is_empty())
+        .then_some(u)
 }
 
 #[cfg(test)]
@@ -267,10 +287,17 @@ mod tests {
             t,
             "for (;;)\n                  \n  for (;;) x;\n__shared__               float s[4];\n"
         );
-        assert_eq!(n.unroll_ends, [src.find("4\n").unwrap() + 1]);
+        let end = src.find("4\n").unwrap() + 1;
+        assert_eq!(
+            n.unrolls,
+            [UnrollPragma {
+                end,
+                count: Some(4)
+            }]
+        );
         let inner = src.find("for (;;) x").unwrap();
-        assert!(unrolled_at(&n.unroll_ends, &t, inner));
-        assert!(!unrolled_at(&n.unroll_ends, &t, 0));
+        assert!(unroll_at(&n.unrolls, &t, inner).is_some());
+        assert!(unroll_at(&n.unrolls, &t, 0).is_none());
     }
 
     #[test]
@@ -283,9 +310,18 @@ mod tests {
         let loops: Vec<usize> = src.match_indices("for").map(|(i, _)| i).collect();
         let unrolled: Vec<bool> = loops
             .iter()
-            .map(|&l| unrolled_at(&n.unroll_ends, &t, l))
+            .map(|&l| unroll_at(&n.unrolls, &t, l).is_some())
             .collect();
         assert_eq!(unrolled, [true, true, false]);
+    }
+
+    #[test]
+    fn unroll_counts_are_read_when_literal() {
+        let src = "#pragma unroll 1\nfor (;;) {}\n#pragma unroll (8)\nfor (;;) {}\n\
+                   #pragma unroll\nfor (;;) {}\n#pragma unroll UNROLL\nfor (;;) {}\n\
+                   #pragma unroll 4 + 1\nfor (;;) {}\n_Pragma(\"unroll 2\") for (;;) {}\n";
+        let counts: Vec<Option<u32>> = neutralise(src).unrolls.iter().map(|u| u.count).collect();
+        assert_eq!(counts, [Some(1), Some(8), None, None, None, Some(2)]);
     }
 
     #[test]

@@ -79,8 +79,9 @@ pub(crate) fn trip_count(
 impl<'t> Walker<'_, 't> {
     /// `for`, `while`, `do`, range-`for`.
     pub fn loop_statement(&mut self, node: Node<'t>) {
-        let unrolled =
-            super::gaps::unrolled_at(&self.prog.unroll_ends, self.src, node.start_byte());
+        // `#pragma unroll 1` asks for the loop to stay rolled.
+        let unrolled = super::gaps::unroll_at(&self.prog.unrolls, self.src, node.start_byte())
+            .is_some_and(|u| u.count != Some(1));
         self.k.loops.loops += 1;
         if unrolled {
             self.k.loops.unrolled += 1;

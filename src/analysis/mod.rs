@@ -103,7 +103,7 @@ pub fn analyze_tree(source: &SourceTree) -> Features {
     // The walkers read the text the tree was parsed from (grammar gaps blanked).
     let text = source.parsed_text();
     let mut prog = parse::collect(source.tree(), text);
-    prog.unroll_ends = source.unroll_ends().to_vec();
+    prog.unrolls = source.unrolls().to_vec();
     let mut features = Features {
         syntax: prog.syntax.clone(),
         ..Features::default()

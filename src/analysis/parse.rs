@@ -69,8 +69,8 @@ pub(crate) struct Program<'t> {
     pub shared_decls: Vec<Node<'t>>,
     /// Parse-health counters.
     pub syntax: SyntaxFeatures,
-    /// Ends of the `#pragma unroll`s blanked before parsing (`gaps::unrolled_at`).
-    pub unroll_ends: Vec<usize>,
+    /// The `#pragma unroll`s blanked before parsing (`gaps::unroll_at`).
+    pub unrolls: Vec<super::gaps::UnrollPragma>,
 }
 
 /// Walks the whole tree once (iteratively: input nesting cannot overflow the
@@ -82,7 +82,7 @@ pub(crate) fn collect<'t>(tree: &'t Tree, src: &str) -> Program<'t> {
         consts: Consts::new(),
         shared_decls: Vec::new(),
         syntax: SyntaxFeatures::default(),
-        unroll_ends: Vec::new(),
+        unrolls: Vec::new(),
     };
     let mut cursor = tree.walk();
     let mut in_function = 0usize;

@@ -3,6 +3,7 @@
 
 use tree_sitter::Tree;
 
+use super::gaps::UnrollPragma;
 use super::{AnalysisError, MAX_SOURCE_BYTES};
 
 /// A CUDA source and its tree-sitter-cuda syntax tree.
@@ -29,8 +30,8 @@ pub struct SourceTree {
     text: String,
     /// The text the tree was parsed from, where it differs from `text`.
     parsed: Option<String>,
-    /// Ends of blanked `#pragma unroll`s (see `gaps::Neutralised::unroll_ends`).
-    unroll_ends: Vec<usize>,
+    /// Blanked `#pragma unroll`s (see `gaps::Neutralised::unrolls`).
+    unrolls: Vec<UnrollPragma>,
     tree: Tree,
 }
 
@@ -71,7 +72,7 @@ impl SourceTree {
         Ok(SourceTree {
             text,
             parsed: gaps.text,
-            unroll_ends: gaps.unroll_ends,
+            unrolls: gaps.unrolls,
             tree,
         })
     }
@@ -87,9 +88,9 @@ impl SourceTree {
         self.parsed.as_deref().unwrap_or(&self.text)
     }
 
-    /// Ends of the blanked `#pragma unroll`s, ascending (for [`super::gaps::unrolled_at`]).
-    pub(crate) fn unroll_ends(&self) -> &[usize] {
-        &self.unroll_ends
+    /// The blanked `#pragma unroll`s, ascending (for [`super::gaps::unroll_at`]).
+    pub(crate) fn unrolls(&self) -> &[UnrollPragma] {
+        &self.unrolls
     }
 
     /// The syntax tree.

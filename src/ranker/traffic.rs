@@ -34,8 +34,10 @@
 //! * memory time `M_l = D_l / bw_l` with `bw_l = min(DRAM bandwidth, active SMs · per-SM
 //!   bandwidth, resident threads · bytes each keeps in flight / DRAM latency)`: a one-block
 //!   pass streams at one SM's rate, and a grid of a few thousand threads that each walk a
-//!   column cannot keep enough loads in flight to stream at all (Little's law; each global
-//!   access of the thread counts once, 0.5 µs latency);
+//!   column cannot keep enough loads in flight to stream at all (Little's law, 0.5 µs
+//!   latency; each global access of the thread counts once, a load in a loop once per
+//!   iteration a `#pragma unroll N` unrolls — unless the kernel stores in a loop through
+//!   pointers that are not all `__restrict__`, which orders each load after the last store);
 //! * compute time `C_l = threads · slots / (active SMs · 128 lanes · clock)`, with slots the
 //!   loop-weighted FLOPs (doubled in a kernel that uses `double`) plus each special
 //!   function's cost (4 for `__expf`, 16 for `expf`, 48 for `powf`, ~128 for an FP64
@@ -405,12 +407,7 @@ fn times(
     kp: &KernelProbe,
     d: &Device,
 ) -> (f64, f64) {
-    let per_thread: f64 = kp
-        .accesses
-        .iter()
-        .filter(|a| a.space == MemorySpace::Global)
-        .map(|a| f64::from(a.elem_bytes))
-        .sum();
+    let per_thread = bytes_in_flight(kp, kernel);
     let resident = s.threads.min(s.active_sms * s.resident_threads);
     let mut bw = d.dram_bw.min(s.active_sms * d.sm_bw);
     if per_thread > 0.0 {
@@ -419,6 +416,29 @@ fn times(
     let compute =
         s.threads * kernel.map_or(0.0, compute_slots) / (s.active_sms * d.fp32_lanes * d.clock);
     (dram / bw, compute)
+}
+
+/// Bytes one thread of `kp` keeps in flight: each global access once, and a load inside a
+/// loop once for each iteration the compiler unrolls (`AccessDetail::unroll`: their loads
+/// can be issued together) — unless the kernel stores in a loop through a pointer the
+/// compiler must assume aliases the loaded one (not every pointer `__restrict__`): then
+/// each iteration's load waits for the last iteration's store, which needs the value it
+/// loaded (a running sum written per row).
+fn bytes_in_flight(kp: &KernelProbe, kernel: Option<&KernelFeatures>) -> f64 {
+    let global = || {
+        kp.accesses
+            .iter()
+            .filter(|a| a.space == MemorySpace::Global)
+    };
+    let may_alias =
+        kernel.is_none_or(|k| k.memory_ops.restrict_params < k.memory_ops.pointer_params);
+    let pipelined = !(may_alias && global().any(|a| a.store && a.trips > 1.0));
+    global()
+        .map(|a| {
+            let unroll = if pipelined && !a.store { a.unroll } else { 1.0 };
+            f64::from(a.elem_bytes) * unroll.max(1.0)
+        })
+        .sum()
 }
 
 /// FP32-lane issue slots one thread of `k` spends: its loop-weighted FLOPs (twice for a

@@ -2,12 +2,13 @@
 //! statements, loops with their trip counts, shared arrays), recording the global and shared
 //! accesses it makes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::super::gaps::{unroll_at, UnrollPragma};
 use super::super::memory_ops::type_bytes;
 use super::flat::FlatNode;
 use super::values::{binary, comparison, is_integer_type, retype};
-use super::{Val, MAX_DEPTH, MAX_STEPS, MAX_TRIPS, SHARED_BASE, TRIP_SIMULATION};
+use super::{Val, DEFAULT_UNROLL, MAX_DEPTH, MAX_STEPS, MAX_TRIPS, SHARED_BASE, TRIP_SIMULATION};
 
 pub(super) struct Lane<'a> {
     pub(super) vars: HashMap<&'a str, Val>,
@@ -19,6 +20,20 @@ pub(super) struct Lane<'a> {
     pub(super) seen: BTreeMap<usize, (usize, i64, u32)>,
     /// (access node start byte) -> product of the trip counts of the loops around it
     pub(super) trips: BTreeMap<usize, f64>,
+    /// Per access node: iterations of its innermost loop the compiler unrolls (see
+    /// [`Lane::unroll`]).
+    pub(super) unrolled: BTreeMap<usize, f64>,
+    /// Iterations of the innermost loop being executed that the compiler unrolls, so that
+    /// their loads can be in flight together: a `#pragma unroll N`'s count, the trip count
+    /// for a bare `#pragma unroll`, [`DEFAULT_UNROLL`] without a pragma, 1 outside loops and for `#pragma unroll 1`; never more than the trips.
+    pub(super) unroll: f64,
+    /// The `#pragma unroll`s of the source and the text they index (to find a loop's).
+    pub(super) unrolls: &'a [UnrollPragma],
+    pub(super) text: &'a str,
+    /// Access nodes written (the target of an assignment or an increment).
+    pub(super) stores: BTreeSet<usize>,
+    /// The assignment target being stored to, while its address is evaluated.
+    pub(super) store_target: Option<usize>,
     /// Product of the trip counts of the loops being executed (1 outside loops).
     pub(super) mult: f64,
     /// `__syncthreads` executions of this thread (each weighted by its loops' trips).
@@ -256,7 +271,9 @@ impl<'a> Lane<'a> {
                 }
             }
             _ => {
+                let outer = self.store_target.replace(l.start_byte());
                 self.eval(l);
+                self.store_target = outer;
             }
         }
     }
@@ -277,6 +294,10 @@ impl<'a> Lane<'a> {
                 .entry(n.start_byte())
                 .or_insert((param, addr, elem));
             self.trips.entry(n.start_byte()).or_insert(self.mult);
+            self.unrolled.entry(n.start_byte()).or_insert(self.unroll);
+            if self.store_target == Some(n.start_byte()) {
+                self.stores.insert(n.start_byte());
+            }
         }
     }
 
@@ -349,6 +370,7 @@ impl<'a> Lane<'a> {
         let update = s.field("update");
         let saved = (self.vars.clone(), self.steps, self.depth);
         let (seen_before, trips_before) = (self.seen.clone(), self.trips.clone());
+        let stores_before = (self.stores.clone(), self.unrolled.clone());
         // Both sides of the comparison before and after one update: whichever side moves
         // (`i < n`, `r + 1 < rows`, `n > i`) gives the step to extrapolate with.
         let cmp = comparison(cond);
@@ -390,6 +412,7 @@ impl<'a> Lane<'a> {
         self.depth = saved.2;
         self.seen = seen_before;
         self.trips = trips_before;
+        (self.stores, self.unrolled) = stores_before;
         trips
     }
 
@@ -511,10 +534,17 @@ impl<'a> Lane<'a> {
         let c = s.field("condition").map_or(Val::Int(1), |c| self.eval(c));
         if c != Val::Int(0) {
             if let Some(b) = s.field("body") {
-                let outer = self.mult;
-                self.mult = (outer * trips.unwrap_or(1.0).max(1.0)).min(MAX_TRIPS);
+                let outer = (self.mult, self.unroll);
+                let n = trips.unwrap_or(1.0).max(1.0);
+                self.mult = (outer.0 * n).min(MAX_TRIPS);
+                self.unroll = match unroll_at(self.unrolls, self.text, s.start_byte()) {
+                    Some(UnrollPragma { count: Some(c), .. }) => f64::from(c.max(1)),
+                    Some(UnrollPragma { count: None, .. }) => n,
+                    None => DEFAULT_UNROLL,
+                }
+                .min(n);
                 self.exec(b);
-                self.mult = outer;
+                (self.mult, self.unroll) = outer;
                 // A `return`/`break` inside the first iteration ends nothing more.
             }
         }

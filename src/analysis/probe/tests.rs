@@ -198,3 +198,48 @@ fn a_partial_middle_block_falls_back_to_block_zero() {
     );
     assert!(full.iter().all(|a| a.lanes == 8), "{full:?}");
 }
+
+// Guards what the probe reads for memory parallelism: each access's unroll factor from the
+// `#pragma unroll` before its loop (its count, the trips for a bare one, 1 for `unroll 1`
+// and without a pragma, capped by the trips) and which accesses are stores.
+#[test]
+fn unroll_pragmas_and_stores_are_read_per_access() {
+    let src = "__global__ void k(const float* x, float* y, int n) {\n\
+               float s = 0.0f;\n\
+               #pragma unroll 4\n\
+               for (int i = 0; i < n; ++i) s += x[i * 32 + threadIdx.x];\n\
+               #pragma unroll 1\n\
+               for (int i = 0; i < n; ++i) s += x[i * 64 + threadIdx.x];\n\
+               #pragma unroll\n\
+               for (int i = 0; i < 8; ++i) s += x[i * 128 + threadIdx.x];\n\
+               for (int i = 0; i < n; ++i) s += x[i * 256 + threadIdx.x];\n\
+               #pragma unroll 16\n\
+               for (int i = 0; i < 2; ++i) y[i * 32 + threadIdx.x] += s;\n\
+               y[threadIdx.x] = s;\n\
+               }\n";
+    let tree = SourceTree::parse(src.as_bytes()).unwrap();
+    let k = WarpProbe::new(&tree)
+        .run_detailed(
+            "k",
+            [1, 1, 1],
+            [32, 1, 1],
+            &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(100)],
+        )
+        .unwrap();
+    let got: Vec<(f64, f64, bool)> = k
+        .accesses
+        .iter()
+        .map(|a| (a.trips, a.unroll, a.store))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (100.0, 4.0, false),
+            (100.0, 1.0, false),
+            (8.0, 8.0, false),
+            (100.0, 1.0, false),
+            (2.0, 2.0, true),
+            (1.0, 1.0, true),
+        ]
+    );
+}
