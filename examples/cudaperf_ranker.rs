@@ -83,6 +83,10 @@ struct Args {
     /// task's reference (`vs_reference_*`), as the shipped model has; false: the features alone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     reference_context: bool,
+    /// Weight of the analytical time estimate in the score (`RankerConfig::estimate_weight`;
+    /// default: the shipped recipe's).
+    #[arg(long)]
+    estimate_weight: Option<f32>,
 }
 
 /// Which feature names an ablation keeps.
@@ -153,10 +157,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         timings.device,
         timings.date,
     );
-    let config = RankerConfig::new()
+    let mut config = RankerConfig::new()
         .with_epochs(args.epochs)
         .with_ensemble(args.ensemble)
         .with_seed(args.seeds.first().copied().unwrap_or(42));
+    if let Some(w) = args.estimate_weight {
+        config = config.with_estimate_weight(w);
+    }
 
     // 2. The model: the same ensemble every fold trains, on every task.
     if !args.no_model {
@@ -529,13 +536,21 @@ fn table_test(
         kept.pairs.len(),
     );
     let seed = args.seeds.first().copied().unwrap_or(42);
-    let recipes: [(&str, bool, usize); 2] = [
-        ("shipped (reference context, MLP + trees)", true, 300),
-        ("MLP on the features alone", false, 0),
+    let shipped_weight = args
+        .estimate_weight
+        .unwrap_or(RankerConfig::new().estimate_weight);
+    let recipes: [(&str, bool, usize, f32); 2] = [
+        (
+            "shipped (reference context, MLP + trees, estimate term)",
+            true,
+            300,
+            shipped_weight,
+        ),
+        ("MLP on the features alone", false, 0, 0.0),
     ];
     // The shipped recipe's score and base features of every program, for looking at misses.
     let mut per_program = Vec::new();
-    for (label, context, trees) in recipes {
+    for (label, context, trees, estimate_weight) in recipes {
         let data = if context {
             kept.with_reference_context()?
         } else {
@@ -545,7 +560,8 @@ fn table_test(
             .with_epochs(args.epochs)
             .with_ensemble(args.ensemble)
             .with_seed(seed)
-            .with_trees(trees);
+            .with_trees(trees)
+            .with_estimate_weight(estimate_weight);
         let (model, _) = ranker::train(&data, &config, |_| {})?;
         let dir = tempfile::tempdir()?;
         model.save(dir.path())?;

@@ -215,7 +215,7 @@ fn damaged_model_files_are_errors() {
     let text = std::fs::read_to_string(&meta).unwrap();
     std::fs::write(
         &meta,
-        text.replace("\"format_version\": 3", "\"format_version\": 99"),
+        text.replace("\"format_version\": 4", "\"format_version\": 99"),
     )
     .unwrap();
     let err = TrainedRanker::load(dir.path(), names).unwrap_err();
@@ -404,6 +404,19 @@ fn bad_config_and_folds_are_typed_errors() {
         ),
         "{err}"
     );
+    for w in [-0.5, f32::NAN] {
+        let err = train(&data, &quick().with_estimate_weight(w), |_| {}).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RankerError::InvalidConfig {
+                    field: "estimate_weight",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
     let err = train(&data, &quick().with_hidden(vec![8, 0]), |_| {}).unwrap_err();
     assert!(matches!(
         err,
@@ -759,8 +772,8 @@ extern "C" __global__ void scan_one_block(const float* __restrict__ x, float* __
 mod context_and_trees {
     use cudaperf::dataset::Dataset;
     use cudaperf::ranker::{
-        features_for, ranking_data, train, FeatureSet, RankerConfig, RankerError, TrainedRanker,
-        REFERENCE_SAMPLE, TREES_FILE,
+        features_for, ranking_data, synthetic, train, FeatureSet, RankerConfig, RankerError,
+        TrainedRanker, ESTIMATE_FEATURE, REFERENCE_SAMPLE, TREES_FILE,
     };
     use cudaperf::timings::Timings;
     use std::path::PathBuf;
@@ -860,6 +873,38 @@ mod context_and_trees {
         let err = TrainedRanker::load_unchecked(dir.path()).unwrap_err();
         assert!(matches!(err, RankerError::Io { .. }), "{err}");
         assert!(err.to_string().contains(TREES_FILE), "{err}");
+    }
+
+    // Guards the estimate term of format 4: the learned parts train as without it (same
+    // seed, same scores), and every score moves by exactly `−w · e` with the estimate `e`
+    // inside its training range; the weight survives a save and load, and a format-3 model
+    // (the RL ablation's held-out ranker) loads without the term.
+    #[test]
+    fn the_estimate_term_moves_every_score_by_its_weight() {
+        let mut data = synthetic::decisive_feature(12, 4, 4, 5);
+        // Feature 1 (noise on a 0.01 scale, in [−0.01, 0.01]) plays the estimate.
+        data.feature_names[1] = ESTIMATE_FEATURE.into();
+        let config = RankerConfig::new()
+            .with_epochs(3)
+            .with_min_epochs(0)
+            .with_ensemble(2)
+            .with_trees(5);
+        let (plain, _) = train(&data, &config.clone().with_estimate_weight(0.0), |_| {}).unwrap();
+        let (with, _) = train(&data, &config.with_estimate_weight(0.5), |_| {}).unwrap();
+        let a = data.samples[0].features.clone();
+        let mut b = a.clone();
+        b[1] = a[1] + if a[1] > 0.0 { -0.004 } else { 0.004 };
+        let margin = |m: &TrainedRanker| m.score(&a).unwrap() - m.score(&b).unwrap();
+        let moved = margin(&with) - margin(&plain);
+        assert!((moved + 0.5 * (a[1] - b[1])).abs() < 1e-5, "{moved}");
+        let dir = tempfile::tempdir().unwrap();
+        with.save(dir.path()).unwrap();
+        let back = TrainedRanker::load_unchecked(dir.path()).unwrap();
+        assert_eq!(back.config().estimate_weight, 0.5);
+        assert_eq!(back.score(&a).unwrap(), with.score(&a).unwrap());
+        let v3 = TrainedRanker::load_unchecked(fixture("models/ranker-heldout-rl")).unwrap();
+        assert_eq!(v3.config().estimate_weight, 0.0);
+        assert!(TrainedRanker::shipped().unwrap().config().estimate_weight > 0.0);
     }
 
     // Guards older models: a format-2 model (the one shipped until 2026-12-07) loads as

@@ -98,6 +98,14 @@ pub struct RankerConfig {
     /// L2 penalty `λ` on leaf values (`−η G / (H + λ)`).
     #[config(default = 1.0)]
     pub tree_lambda: f64,
+    /// Weight `w` of the analytical time estimate in every member's score: the member's
+    /// learned score minus `w · (e − mean e)`, `e = traffic_estimated_time_us` (`ln(1 + t̂)`,
+    /// t̂ in µs) clamped to its training range, so a pair's margin moves by `−w` per unit of
+    /// the two kernels' estimated log-time difference. The learned parts are trained as
+    /// without it; the temperature is fitted on the sum. 0: the learned score alone (models
+    /// before format version 4); ignored by feature sets without that feature.
+    #[config(default = 0.25)]
+    pub estimate_weight: f32,
 }
 
 impl Default for RankerConfig {
@@ -176,6 +184,12 @@ impl RankerConfig {
             return Err(RankerError::config(
                 "max_pair_weight",
                 format!("is {}, must be finite and > 0", self.max_pair_weight),
+            ));
+        }
+        if !(self.estimate_weight.is_finite() && self.estimate_weight >= 0.0) {
+            return Err(RankerError::config(
+                "estimate_weight",
+                format!("is {}, must be finite and >= 0", self.estimate_weight),
             ));
         }
         self.validate_trees()

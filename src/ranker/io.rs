@@ -20,7 +20,7 @@ pub const MODEL_FORMAT: &str = "cudaperf-ranker";
 /// Version of the model directory layout this crate writes (3: members may have boosted
 /// trees, in [`TREES_FILE`]). Versions 1 (a single scorer, no training range, no
 /// temperature) and 2 (MLP members only) are still read.
-pub const MODEL_FORMAT_VERSION: u32 = 3;
+pub const MODEL_FORMAT_VERSION: u32 = 4;
 
 /// Oldest layout version this crate reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -69,6 +69,8 @@ const LEGACY_CONFIG: &[(&str, f64)] = &[
     ("tree_min_samples", 10.0),
     ("tree_colsample", 0.8),
     ("tree_lambda", 1.0),
+    // Versions 1 to 3: the learned score alone.
+    ("estimate_weight", 0.0),
 ];
 
 /// Integer fields among [`LEGACY_CONFIG`] (JSON numbers written as floats there).

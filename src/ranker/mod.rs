@@ -94,7 +94,7 @@ pub use normalize::Normalizer;
 #[cfg(feature = "cli")]
 pub use plot::plot_history;
 pub use traffic::{
-    traffic_features, traffic_features_named, Device as ReferenceDevice, H200,
+    traffic_features, traffic_features_named, Device as ReferenceDevice, ESTIMATE_FEATURE, H200,
     TRAFFIC_FEATURE_NAMES, TRAFFIC_PREFIX,
 };
 pub use train::{train, train_on, EpochStats, TrainingHistory};

@@ -75,6 +75,11 @@ use crate::candidate::{ResolvedArg, ResolvedLaunch};
 /// Prefix of every traffic feature name.
 pub const TRAFFIC_PREFIX: &str = "traffic_";
 
+/// The analytical time estimate's feature (`ln(1 + t̂)`, t̂ in µs), which
+/// [`RankerConfig::estimate_weight`](super::RankerConfig::estimate_weight) adds back to
+/// the model's score.
+pub const ESTIMATE_FEATURE: &str = "traffic_estimated_time_us";
+
 /// Names of the traffic features, in the order [`traffic_features`] returns them.
 pub const TRAFFIC_FEATURE_NAMES: &[&str] = &[
     "traffic_dram_bytes_per_element",

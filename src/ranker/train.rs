@@ -37,7 +37,7 @@ use super::model::{layer_dims, read_vec, MlpWeights, ScorerNet};
 use super::normalize::Normalizer;
 use super::rng::SplitMix64;
 use super::trained::{MemberSummary, TrainedRanker, TrainingSummary};
-use super::trees::{member_score, BoostedTrees};
+use super::trees::{estimate_term, estimate_value, member_score, BoostedTrees};
 
 /// What one epoch did; passed to the progress callback and kept in [`TrainingHistory`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,7 +154,8 @@ pub(crate) fn train_on_tasks(
         )?);
     }
     let temperature = if config.calibrate {
-        fit_temperature(&validation_margins(data, &runs, &normed, dim, config))
+        let term = estimate_term(&data.feature_names, &normalizer, config.estimate_weight);
+        fit_temperature(&validation_margins(data, &runs, &normed, dim, term, config))
     } else {
         1.0
     };
@@ -192,11 +193,12 @@ fn validation_margins(
     runs: &[MemberRun],
     normed: &[f32],
     dim: usize,
+    term: Option<(usize, f32)>,
     config: &RankerConfig,
 ) -> Vec<(f64, f64)> {
     let mut val_d = Vec::new();
     for r in runs {
-        let scores = r.weights_scores(normed, dim);
+        let scores = r.weights_scores(normed, dim, term);
         for &i in &r.val_pairs {
             let p = data.pairs[i];
             let label = if p.log_ratio >= config.min_log_ratio {
@@ -259,15 +261,13 @@ struct MemberRun {
 }
 
 impl MemberRun {
-    fn weights_scores(&self, normed: &[f32], dim: usize) -> Vec<f64> {
+    /// The member's scores of the normalised rows, with the estimate term `term`.
+    fn weights_scores(&self, normed: &[f32], dim: usize, term: Option<(usize, f32)>) -> Vec<f64> {
         normed
             .chunks_exact(dim)
             .map(|x| {
-                f64::from(member_score(
-                    self.weights.forward(x),
-                    self.trees.as_ref(),
-                    x,
-                ))
+                let learned = member_score(self.weights.forward(x), self.trees.as_ref(), x);
+                f64::from(learned + estimate_value(term, x))
             })
             .collect()
     }

@@ -8,7 +8,7 @@ use super::context::{context_base_len, with_reference};
 use super::error::{RankerError, Result};
 use super::model::{read_vec, MlpWeights};
 use super::normalize::Normalizer;
-use super::trees::{member_score, BoostedTrees};
+use super::trees::{estimate_term, estimate_value, member_score, BoostedTrees};
 
 /// What the training run that produced a model saw; saved with the model.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -242,11 +242,23 @@ impl TrainedRanker {
         self.check_input(0, features)?;
         let x = self.normalizer.apply(features);
         let (mut a, mut b) = (Vec::new(), Vec::new());
+        let estimate = estimate_value(self.estimate_term(), &x);
         Ok(self
             .members()
             .enumerate()
-            .map(|(i, m)| member_score(m.forward_with(&x, &mut a, &mut b), self.trees.get(i), &x))
+            .map(|(i, m)| {
+                member_score(m.forward_with(&x, &mut a, &mut b), self.trees.get(i), &x) + estimate
+            })
             .collect())
+    }
+
+    /// The estimate term every member's score carries ([`RankerConfig::estimate_weight`]).
+    fn estimate_term(&self) -> Option<(usize, f32)> {
+        estimate_term(
+            &self.feature_names,
+            &self.normalizer,
+            self.config.estimate_weight,
+        )
     }
 
     /// The calibrated verdict on `a` against `b` from their member scores
@@ -277,6 +289,7 @@ impl TrainedRanker {
     pub fn score_batch(&self, batch: &[Vec<f32>]) -> Result<Vec<f32>> {
         let mut buf = vec![0.0; self.feature_names.len()];
         let (mut a, mut b) = (Vec::new(), Vec::new());
+        let term = self.estimate_term();
         batch
             .iter()
             .enumerate()
@@ -294,7 +307,7 @@ impl TrainedRanker {
                         )
                     })
                     .sum();
-                Ok(sum / self.ensemble_size() as f32)
+                Ok(sum / self.ensemble_size() as f32 + estimate_value(term, &buf))
             })
             .collect()
     }
@@ -322,7 +335,12 @@ impl TrainedRanker {
             }
         }
         let k = self.ensemble_size() as f32;
-        Ok(total.into_iter().map(|t| t / k).collect())
+        let term = self.estimate_term();
+        Ok(total
+            .into_iter()
+            .zip(rows.chunks_exact(dim))
+            .map(|(t, row)| t / k + estimate_value(term, row))
+            .collect())
     }
 
     /// Calibrated probability that `a` is faster than `b`: `σ((s(a) − s(b)) / T)`.

@@ -195,6 +195,31 @@ impl BoostedTrees {
 
 /// A member's score of a normalised input `x` from its MLP's score `mlp`: the mean of the
 /// MLP's and its trees' (the MLP's alone for a member without trees).
+/// The estimate term of a member's score ([`RankerConfig::estimate_weight`]): `(index of
+/// the estimate in the normalised row, −w · its standard deviation)`, so that the term is
+/// `coefficient · z = −w · (e − mean)`; `None` when `w` is 0 or the features lack it.
+///
+/// [`RankerConfig::estimate_weight`]: super::RankerConfig::estimate_weight
+pub(crate) fn estimate_term(
+    names: &[String],
+    normalizer: &super::Normalizer,
+    weight: f32,
+) -> Option<(usize, f32)> {
+    if weight == 0.0 {
+        return None;
+    }
+    let i = names
+        .iter()
+        .position(|n| n == super::traffic::ESTIMATE_FEATURE)?;
+    Some((i, -weight * normalizer.std.get(i).copied()?))
+}
+
+/// `term`'s value on the normalised row `x` (0 without a term).
+pub(crate) fn estimate_value(term: Option<(usize, f32)>, x: &[f32]) -> f32 {
+    term.and_then(|(i, c)| x.get(i).map(|z| c * z))
+        .unwrap_or(0.0)
+}
+
 pub(crate) fn member_score(mlp: f32, trees: Option<&BoostedTrees>, x: &[f32]) -> f32 {
     match trees {
         Some(t) => 0.5 * (mlp + t.score(x)),
