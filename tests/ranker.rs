@@ -878,7 +878,7 @@ mod context_and_trees {
     // Guards the estimate term of format 4: the learned parts train as without it (same
     // seed, same scores), and every score moves by exactly `−w · e` with the estimate `e`
     // inside its training range; the weight survives a save and load, and a format-3 model
-    // (the RL ablation's held-out ranker) loads without the term.
+    // loads without the term.
     #[test]
     fn the_estimate_term_moves_every_score_by_its_weight() {
         let mut data = synthetic::decisive_feature(12, 4, 4, 5);
@@ -902,8 +902,27 @@ mod context_and_trees {
         let back = TrainedRanker::load_unchecked(dir.path()).unwrap();
         assert_eq!(back.config().estimate_weight, 0.5);
         assert_eq!(back.score(&a).unwrap(), with.score(&a).unwrap());
-        let v3 = TrainedRanker::load_unchecked(fixture("models/ranker-heldout-rl")).unwrap();
+        // A format-3 file: the held-out ranker's, as written before format 4 (no
+        // `estimate_weight` in its configuration).
+        let v3_dir = tempfile::tempdir().unwrap();
+        let heldout = fixture("models/ranker-heldout-rl");
+        for f in std::fs::read_dir(&heldout).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, v3_dir.path().join(f.file_name().unwrap())).unwrap();
+        }
+        let meta_path = v3_dir.path().join("ranker.json");
+        let mut meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
+        meta["format_version"] = serde_json::json!(3);
+        meta["config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("estimate_weight");
+        std::fs::write(&meta_path, meta.to_string()).unwrap();
+        let v3 = TrainedRanker::load_unchecked(v3_dir.path()).unwrap();
         assert_eq!(v3.config().estimate_weight, 0.0);
+        let v4 = TrainedRanker::load_unchecked(&heldout).unwrap();
+        assert_eq!(v4.config().estimate_weight, 0.25);
         assert!(TrainedRanker::shipped().unwrap().config().estimate_weight > 0.0);
     }
 

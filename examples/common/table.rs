@@ -409,21 +409,20 @@ impl RankerScorer {
 
     /// The base feature names and values of a row's program (rendered again from its knobs).
     pub fn row_features(&self, r: &Row) -> Result<(&[String], Vec<f32>), String> {
-        let t = space::task(&r.task).ok_or_else(|| format!("row of unknown task `{}`", r.task))?;
-        let src = t.render(&r.knobs).map_err(|e| e.to_string())?;
-        let (task, _, _) = self
-            .tasks
-            .get(&r.task)
-            .ok_or_else(|| format!("task {} not added", r.task))?;
+        let (src, (task, _, _)) = self.program(r)?;
         Ok((
             &self.names,
             self.base_features(task, &src, "the candidate")?,
         ))
     }
 
-    /// The ranker stage of a row (its program rendered again from its knobs; an error if it
-    /// no longer renders the row's hash, or its task was not added).
-    pub fn stage(&self, r: &Row) -> Result<RankerScores, String> {
+    /// A row's program rendered again from its knobs (an error if it no longer renders the
+    /// row's hash) and its added task's entry.
+    #[allow(clippy::type_complexity)]
+    fn program(
+        &self,
+        r: &Row,
+    ) -> Result<(String, &(cudaperf::task::Task, Vec<f32>, Vec<f32>)), String> {
         let t = space::task(&r.task).ok_or_else(|| format!("row of unknown task `{}`", r.task))?;
         let src = t.render(&r.knobs).map_err(|e| e.to_string())?;
         if space::source_hash(&src) != r.hash {
@@ -434,10 +433,17 @@ impl RankerScorer {
                 r.hash
             ));
         }
-        let (task, ref_features, reference) = self
+        let entry = self
             .tasks
             .get(&r.task)
             .ok_or_else(|| format!("task {} not added", r.task))?;
+        Ok((src, entry))
+    }
+
+    /// The ranker stage of a row (its program rendered again from its knobs; an error if it
+    /// no longer renders the row's hash, or its task was not added).
+    pub fn stage(&self, r: &Row) -> Result<RankerScores, String> {
+        let (src, (task, ref_features, reference)) = self.program(r)?;
         let f = self.base_features(task, &src, "the candidate")?;
         let (f, cand) = self.member_scores(&f, ref_features)?;
         let verdict = self.ranker.compare_scores(&cand, reference, Some(&f));

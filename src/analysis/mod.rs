@@ -102,8 +102,7 @@ pub fn try_analyze(source: &[u8]) -> Result<Features, AnalysisError> {
 pub fn analyze_tree(source: &SourceTree) -> Features {
     // The walkers read the text the tree was parsed from (grammar gaps blanked).
     let text = source.parsed_text();
-    let mut prog = parse::collect(source.tree(), text);
-    prog.unrolls = source.unrolls().to_vec();
+    let prog = parse::Program::of(source);
     let mut features = Features {
         syntax: prog.syntax.clone(),
         ..Features::default()

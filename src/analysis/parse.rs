@@ -73,6 +73,17 @@ pub(crate) struct Program<'t> {
     pub unrolls: Vec<super::gaps::UnrollPragma>,
 }
 
+impl<'t> Program<'t> {
+    /// The program of a parsed source: [`collect`] over the text the tree was parsed from,
+    /// with the `#pragma unroll`s blanked before parsing.
+    pub(crate) fn of(source: &'t super::SourceTree) -> Program<'t> {
+        Program {
+            unrolls: source.unrolls().to_vec(),
+            ..collect(source.tree(), source.parsed_text())
+        }
+    }
+}
+
 /// Walks the whole tree once (iteratively: input nesting cannot overflow the
 /// stack), collecting functions, constants and error counts.
 pub(crate) fn collect<'t>(tree: &'t Tree, src: &str) -> Program<'t> {

@@ -17,9 +17,10 @@ use super::trees::BoostedTrees;
 
 /// Value of the `format` field of `ranker.json`.
 pub const MODEL_FORMAT: &str = "cudaperf-ranker";
-/// Version of the model directory layout this crate writes (3: members may have boosted
-/// trees, in [`TREES_FILE`]). Versions 1 (a single scorer, no training range, no
-/// temperature) and 2 (MLP members only) are still read.
+/// Version of the model directory layout this crate writes (4: `config.estimate_weight`
+/// adds the analytical estimate to every member's score). Versions 1 (a single scorer, no
+/// training range, no temperature), 2 (MLP members only) and 3 (members with boosted trees,
+/// in [`TREES_FILE`]; no estimate term) are still read.
 pub const MODEL_FORMAT_VERSION: u32 = 4;
 
 /// Oldest layout version this crate reads.

@@ -21,7 +21,7 @@ use tree_sitter::Node;
 
 use super::memory_ops::type_bytes;
 use super::node::NodeExt;
-use super::parse::{collect, parameters, text, Program};
+use super::parse::{parameters, text, Program};
 use super::symbolic::declared_name;
 use super::SourceTree;
 use flat::FlatTree;
@@ -109,10 +109,7 @@ impl<'t> WarpProbe<'t> {
         // The text the tree was parsed from (grammar gaps blanked), as the analysis reads.
         WarpProbe {
             src: tree.parsed_text(),
-            prog: Program {
-                unrolls: tree.unrolls().to_vec(),
-                ..collect(tree.tree(), tree.parsed_text())
-            },
+            prog: Program::of(tree),
             bodies: Mutex::new(Vec::new()),
         }
     }

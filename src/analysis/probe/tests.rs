@@ -5,6 +5,14 @@ fn probe(src: &str, grid: [u32; 3], block: [u32; 3], args: &[ProbeArg]) -> Vec<A
     WarpProbe::new(&tree).run("k", grid, block, args)
 }
 
+/// The detailed probe of kernel `k` in `src`, one warp-sized block on a one-block grid.
+fn one_warp_detailed(src: &str, args: &[ProbeArg]) -> KernelProbe {
+    let tree = SourceTree::parse(src.as_bytes()).expect("parses");
+    WarpProbe::new(&tree)
+        .run_detailed("k", [1, 1, 1], [32, 1, 1], args)
+        .expect("kernel k probed")
+}
+
 #[test]
 fn one_thread_per_element_is_coalesced() {
     let p = probe(
@@ -143,15 +151,10 @@ fn trips_of_a_condition_on_an_expression_are_extrapolated() {
         let src = format!(
             "__global__ void k(const float* a, float* y, int rows) {{\n  float s = 0.0f;\n  int r = 0;\n  for (; {cond}; r += 2) s += a[r * 32 + threadIdx.x];\n  y[threadIdx.x] = s;\n}}\n"
         );
-        let tree = SourceTree::parse(src.as_bytes()).unwrap();
-        let k = WarpProbe::new(&tree)
-            .run_detailed(
-                "k",
-                [1, 1, 1],
-                [32, 1, 1],
-                &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(8193)],
-            )
-            .unwrap();
+        let k = one_warp_detailed(
+            &src,
+            &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(8193)],
+        );
         assert_eq!(k.unknown_trips, 0, "{cond}: {k:?}");
         assert!(
             k.accesses.iter().any(|a| a.array == 0 && a.trips == 4096.0),
@@ -217,15 +220,10 @@ fn unroll_pragmas_and_stores_are_read_per_access() {
                for (int i = 0; i < 2; ++i) y[i * 32 + threadIdx.x] += s;\n\
                y[threadIdx.x] = s;\n\
                }\n";
-    let tree = SourceTree::parse(src.as_bytes()).unwrap();
-    let k = WarpProbe::new(&tree)
-        .run_detailed(
-            "k",
-            [1, 1, 1],
-            [32, 1, 1],
-            &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(100)],
-        )
-        .unwrap();
+    let k = one_warp_detailed(
+        src,
+        &[ProbeArg::Buffer, ProbeArg::Buffer, ProbeArg::Int(100)],
+    );
     let got: Vec<(f64, f64, bool)> = k
         .accesses
         .iter()
