@@ -375,3 +375,47 @@ fn unrolled_loads_are_in_flight_together_unless_a_store_may_alias_them() {
     assert!(unrolled < rolled - 0.8, "{unrolled} vs {rolled}");
     assert_eq!(time("#pragma unroll 4", ""), rolled);
 }
+
+/// A column copy of `cumsum_cols`' shape (8,192 threads that each walk a column) with `fence`
+/// after every store and `after` once after the loop.
+fn fenced_copy(pragma: &str, fence: &str, after: &str) -> String {
+    format!(
+        "// @launch cumsum_cols grid=(ceil_div(cols, 256)) block=(256)\n\
+         extern \"C\" __global__ void cumsum_cols(const float* __restrict__ x,\n\
+                                               float* __restrict__ y, int rows, int cols) {{\n\
+             int c = blockIdx.x * blockDim.x + threadIdx.x;\n\
+             if (c >= cols) return;\n\
+             {pragma}\n\
+             for (int r = 0; r < rows; ++r) {{\n\
+                 y[(size_t)r * cols + c] = x[(size_t)r * cols + c];\n\
+                 {fence}\n\
+             }}\n\
+             {after}\n\
+         }}\n"
+    )
+}
+
+// Guards the fence term of the memory-parallelism bound: a `__threadfence()` after every
+// store makes each iteration wait for its store to be acknowledged before the next load
+// issues — two round trips per iteration instead of one, and `#pragma unroll` cannot put
+// loads of several iterations in flight across the fences. A block-scope fence and one
+// device fence after the loop cost (next to) nothing. Identical estimates before the probe
+// counted fences: the program table's transpose `store=fenced` programs (48 pairs against
+// `plain`, all slower) were ordered 0 %.
+#[test]
+fn a_device_fence_after_every_store_serialises_the_loop() {
+    let task = task("cumsum_cols");
+    let time = |pragma: &str, fence: &str, after: &str| {
+        traffic_of(&task, &fenced_copy(pragma, fence, after), fence)["traffic_memory_time_us"]
+    };
+    let plain = time("", "", "");
+    let fenced = time("", "__threadfence();", "");
+    // Latency bound: twice the round trips, ~ln 2 higher in ln(1 + t).
+    assert!(fenced > plain + 0.5, "{fenced} vs {plain}");
+    assert_eq!(time("", "__threadfence_system();", ""), fenced);
+    assert_eq!(time("#pragma unroll 4", "__threadfence();", ""), fenced);
+    assert!(time("#pragma unroll 4", "", "") < plain - 0.5);
+    assert_eq!(time("", "__threadfence_block();", ""), plain);
+    let once = time("", "", "__threadfence();");
+    assert!((once - plain).abs() < 0.01, "{once} vs {plain}");
+}

@@ -37,7 +37,9 @@
 //!   column cannot keep enough loads in flight to stream at all (Little's law, 0.5 µs
 //!   latency; each global access of the thread counts once, a load in a loop once per
 //!   iteration a `#pragma unroll N` unrolls — unless the kernel stores in a loop through
-//!   pointers that are not all `__restrict__`, which orders each load after the last store);
+//!   pointers that are not all `__restrict__`, which orders each load after the last store,
+//!   or runs a device fence in a loop; each device fence adds a round trip shared by the
+//!   loads between two fences);
 //! * compute time `C_l = threads · slots / (active SMs · 128 lanes · clock)`, with slots the
 //!   loop-weighted FLOPs (doubled in a kernel that uses `double`) plus each special
 //!   function's cost (4 for `__expf`, 16 for `expf`, 48 for `powf`, ~128 for an FP64
@@ -429,6 +431,12 @@ fn times(
 /// compiler must assume aliases the loaded one (not every pointer `__restrict__`): then
 /// each iteration's load waits for the last iteration's store, which needs the value it
 /// loaded (a running sum written per row).
+///
+/// A device fence (`__threadfence`) waits until the thread's earlier writes are
+/// acknowledged, a second round trip before the next load can issue: the bytes count once
+/// per `1 + min(1, fences / loads)` round trips (a fence after every store of a copy loop
+/// halves them, one after the loop costs nothing), and a fence inside a loop keeps its
+/// iterations apart, so they are not unrolled into flight together.
 fn bytes_in_flight(kp: &KernelProbe, kernel: Option<&KernelFeatures>) -> f64 {
     let global = || {
         kp.accesses
@@ -437,13 +445,20 @@ fn bytes_in_flight(kp: &KernelProbe, kernel: Option<&KernelFeatures>) -> f64 {
     };
     let may_alias =
         kernel.is_none_or(|k| k.memory_ops.restrict_params < k.memory_ops.pointer_params);
-    let pipelined = !(may_alias && global().any(|a| a.store && a.trips > 1.0));
-    global()
+    let fenced_loop = kp.fences > 1.0;
+    let pipelined = !fenced_loop && !(may_alias && global().any(|a| a.store && a.trips > 1.0));
+    let loads: f64 = global()
+        .filter(|a| !a.store)
+        .map(|a| a.trips.max(1.0))
+        .sum();
+    let round_trips = 1.0 + (kp.fences / loads.max(1.0)).min(1.0);
+    let bytes: f64 = global()
         .map(|a| {
             let unroll = if pipelined && !a.store { a.unroll } else { 1.0 };
             f64::from(a.elem_bytes) * unroll.max(1.0)
         })
-        .sum()
+        .sum();
+    bytes / round_trips
 }
 
 /// FP32-lane issue slots one thread of `k` spends: its loop-weighted FLOPs (twice for a

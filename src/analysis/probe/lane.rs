@@ -38,6 +38,9 @@ pub(super) struct Lane<'a> {
     pub(super) mult: f64,
     /// `__syncthreads` executions of this thread (each weighted by its loops' trips).
     pub(super) barriers: f64,
+    /// Device- or system-scope fence executions (`__threadfence`, `__threadfence_system`),
+    /// weighted like the barriers.
+    pub(super) fences: f64,
     /// `while`/`do` loops whose condition reads global memory or an atomic (spin waits).
     pub(super) spin_waits: u32,
     /// Loops whose trip count could not be computed (counted once).
@@ -226,6 +229,11 @@ impl<'a> Lane<'a> {
         }
         if f.starts_with("__syncthreads") {
             self.barriers += self.mult;
+        }
+        // A block-scope fence only orders the block's view (no wait for the device to
+        // acknowledge a write), so it is not counted.
+        if f == "__threadfence" || f == "__threadfence_system" {
+            self.fences += self.mult;
         }
         match f {
             "min" | "umin" | "llmin" | "ullmin" => match (ints(0), ints(1)) {

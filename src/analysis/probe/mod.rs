@@ -216,6 +216,10 @@ pub struct KernelProbe {
     pub accesses: Vec<AccessDetail>,
     /// `__syncthreads` executed by lane 0, each weighted by its loops' trip counts.
     pub barriers: f64,
+    /// Device- or system-scope fences (`__threadfence`, `__threadfence_system`) executed by
+    /// lane 0, weighted the same way: each waits until the thread's earlier writes are
+    /// visible to the device.
+    pub fences: f64,
     /// `while`/`do` loops waiting on global memory or an atomic (inter-block chains).
     pub spin_waits: u32,
     /// Loops whose trip count is unknown on lane 0.
@@ -241,6 +245,7 @@ struct LaneRun {
     stores: BTreeSet<usize>,
     unrolled: BTreeMap<usize, f64>,
     barriers: f64,
+    fences: f64,
     spin_waits: u32,
     unknown_trips: u32,
 }
@@ -302,6 +307,7 @@ impl<'t> WarpProbe<'t> {
                 text: src,
                 mult: 1.0,
                 barriers: 0.0,
+                fences: 0.0,
                 spin_waits: 0,
                 unknown_trips: 0,
                 shared_arrays: 0,
@@ -317,6 +323,7 @@ impl<'t> WarpProbe<'t> {
                 stores: l.stores,
                 unrolled: l.unrolled,
                 barriers: l.barriers,
+                fences: l.fences,
                 spin_waits: l.spin_waits,
                 unknown_trips: l.unknown_trips,
             }
@@ -401,6 +408,7 @@ impl<'t> WarpProbe<'t> {
         Some(KernelProbe {
             accesses,
             barriers: first.barriers,
+            fences: first.fences,
             spin_waits: first.spin_waits,
             unknown_trips: first.unknown_trips,
         })
