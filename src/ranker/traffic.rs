@@ -446,7 +446,8 @@ fn bytes_in_flight(kp: &KernelProbe, kernel: Option<&KernelFeatures>) -> f64 {
     let may_alias =
         kernel.is_none_or(|k| k.memory_ops.restrict_params < k.memory_ops.pointer_params);
     let fenced_loop = kp.fences > 1.0;
-    let pipelined = !fenced_loop && !(may_alias && global().any(|a| a.store && a.trips > 1.0));
+    let store_orders_loads = may_alias && global().any(|a| a.store && a.trips > 1.0);
+    let pipelined = !(fenced_loop || store_orders_loads);
     let loads: f64 = global()
         .filter(|a| !a.store)
         .map(|a| a.trips.max(1.0))
